@@ -1,0 +1,44 @@
+# Finds what dcp builds against: LibTorch (from the PyTorch wheel), fmt, Threads, MPI, NCCL.
+#
+# LibTorch: pass -DCMAKE_PREFIX_PATH=$(python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+# (tools/run.sh does this with the repo's venv).
+find_package(Torch REQUIRED)
+find_package(Threads REQUIRED)
+
+# fmt: LibTorch's include folder carries its own fmt headers (c10 includes them), so any
+# '#include <fmt/...>' in a translation unit that sees LibTorch resolves there. Linking a
+# second, system fmt library would mix two versions in one program. We therefore use exactly
+# one fmt: LibTorch's, header-only. Only a LibTorch without fmt headers falls back to a
+# packaged fmt.
+set(_dcp_torch_fmt "")
+foreach(_dir IN LISTS TORCH_INCLUDE_DIRS)
+  if(EXISTS "${_dir}/fmt/format.h" AND NOT _dcp_torch_fmt)
+    set(_dcp_torch_fmt "${_dir}")
+  endif()
+endforeach()
+add_library(dcp_fmt INTERFACE)
+if(_dcp_torch_fmt)
+  message(STATUS "dcp: using LibTorch's fmt headers from ${_dcp_torch_fmt} (header-only)")
+  target_compile_definitions(dcp_fmt INTERFACE FMT_HEADER_ONLY=1)
+  target_include_directories(dcp_fmt SYSTEM INTERFACE "${_dcp_torch_fmt}")
+else()
+  find_package(fmt REQUIRED)
+  target_link_libraries(dcp_fmt INTERFACE fmt::fmt)
+endif()
+
+if(DCP_WITH_MPI)
+  find_package(MPI REQUIRED COMPONENTS CXX)
+endif()
+
+if(DCP_WITH_NCCL)
+  find_package(NCCL)
+  if(NOT NCCL_FOUND)
+    message(STATUS "dcp: NCCL headers not found; building without NCCL")
+    set(DCP_WITH_NCCL OFF CACHE BOOL "" FORCE)
+  endif()
+endif()
+
+if(DCP_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)
+endif()

@@ -1,0 +1,10 @@
+# dcp_add_test(name SOURCES a.cpp [b.cpp] [LABELS l1 l2]): one gtest binary, registered in ctest.
+function(dcp_add_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE dcp dcp_testing GTest::gtest GTest::gtest_main dcp_fmt)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name})
+  set(labels unit ${ARG_LABELS})
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" ENVIRONMENT "OMP_NUM_THREADS=1")
+endfunction()

@@ -1,0 +1,58 @@
+// dcp::save and dcp::load: the save/load protocol that drives planners, storage and
+// communicator, with Python DCP's call order (reference §4.6, §5.5).
+//
+// Every rank of the communicator calls save (or load) with its own state dict; they return on
+// every rank with the same outcome. Not thread-safe with respect to one communicator.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "dcp/communicator.h"
+#include "dcp/metadata.h"
+#include "dcp/planner.h"
+#include "dcp/state_dict.h"
+#include "dcp/storage.h"
+
+namespace dcp {
+
+struct SaveOptions {
+  /// Planner; nullptr means a DefaultSavePlanner.
+  std::shared_ptr<SavePlanner> planner;
+  /// The ranks taking part (borrowed; must outlive the call). nullptr: this process alone.
+  Communicator* comm = nullptr;
+  /// Save from this process alone even when a communicator is given (Python's no_dist).
+  bool no_dist = false;
+  /// The rank that plans globally and commits the metadata.
+  int coordinator_rank = 0;
+};
+
+struct LoadOptions {
+  /// Planner; nullptr means a DefaultLoadPlanner with `planner_options`.
+  std::shared_ptr<LoadPlanner> planner;
+  /// Options of the default planner (ignored when `planner` is set).
+  DefaultLoadPlannerOptions planner_options;
+  /// The ranks taking part (borrowed; must outlive the call). nullptr: this process alone.
+  Communicator* comm = nullptr;
+  /// Load in this process alone even when a communicator is given (Python's no_dist).
+  bool no_dist = false;
+  int coordinator_rank = 0;
+};
+
+/// Saves `state` into the directory `checkpoint_id` with a FileSystemWriter. Returns the
+/// checkpoint's metadata on every rank. On failure nothing new becomes loadable and every rank
+/// throws.
+Metadata save(const StateDict& state, const std::string& checkpoint_id,
+              const SaveOptions& options = {});
+/// Saves through `writer`; a given `checkpoint_id` is passed to writer.reset().
+Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& options = {},
+              const std::optional<std::string>& checkpoint_id = std::nullopt);
+
+/// Loads the checkpoint in directory `checkpoint_id` into `state`: tensors are filled in
+/// place (any world size, any sharding), non-tensor values are replaced, as in Python.
+void load(StateDict& state, const std::string& checkpoint_id, const LoadOptions& options = {});
+void load(StateDict& state, StorageReader& reader, const LoadOptions& options = {},
+          const std::optional<std::string>& checkpoint_id = std::nullopt);
+
+}  // namespace dcp

@@ -1,0 +1,48 @@
+// Communicator: the collectives the save/load protocol needs, over byte buffers, and no more.
+// Implementations: SingleProcessCommunicator (one rank, no_dist), and (dcp/mpi.h, when built
+// with MPI) MpiCommunicator.
+//
+// Every rank calls the same collectives in the same order. Thread-safety: one thread at a time
+// per communicator, unless an implementation says otherwise.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dcp {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void barrier() = 0;
+  /// Root's `data` on every rank.
+  virtual std::string broadcast(const std::string& data, int root) = 0;
+  /// Every rank's `data`, in rank order, on root; an empty vector elsewhere.
+  virtual std::vector<std::string> gather(const std::string& data, int root) = 0;
+  /// Root passes one buffer per rank; each rank gets its own. Non-roots pass an empty vector.
+  virtual std::string scatter(const std::vector<std::string>& data, int root) = 0;
+  /// Every rank's `data`, in rank order, on every rank.
+  virtual std::vector<std::string> all_gather(const std::string& data) = 0;
+};
+
+/// One process, one rank: every collective is local (Python's no_dist=True).
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  // Communicator:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void barrier() override {}
+  std::string broadcast(const std::string& data, int root) override;
+  std::vector<std::string> gather(const std::string& data, int root) override;
+  std::string scatter(const std::vector<std::string>& data, int root) override;
+  std::vector<std::string> all_gather(const std::string& data) override;
+};
+
+}  // namespace dcp

@@ -1,0 +1,11 @@
+// dcp: PyTorch Distributed Checkpoint for C++. Includes the whole public API.
+#pragma once
+
+#include "dcp/checkpoint.h"
+#include "dcp/communicator.h"
+#include "dcp/filesystem.h"
+#include "dcp/memory_storage.h"
+#include "dcp/metadata.h"
+#include "dcp/planner.h"
+#include "dcp/state_dict.h"
+#include "dcp/storage.h"

@@ -1,0 +1,89 @@
+// FileSystemWriter and FileSystemReader: checkpoints as directories of files, in PyTorch DCP's
+// layout ('.metadata' plus '__{rank}_{n}.distcp'), on a local or shared (NFS/Lustre-style)
+// file system. Python's FileSystemWriter/FileSystemReader read and write the same directories.
+//
+// Commit protocol (docs/format.md): data files are written and fsynced under their final names;
+// then the coordinator writes '.metadata' to a temporary name, fsyncs it, renames it over
+// '.metadata' and fsyncs the directory. A checkpoint exists exactly when '.metadata' does.
+//
+// Thread-safety: one instance per rank, driven from one thread (see dcp/storage.h).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "dcp/storage.h"
+
+namespace dcp {
+
+struct FileSystemWriterOptions {
+  /// One file per IO thread and rank ('__{rank}_{thread}.distcp'); false: one file per item.
+  bool single_file_per_rank = true;
+  /// fsync every data file and the metadata before committing.
+  bool sync_files = true;
+  /// IO threads per rank; items are spread over them as Python does.
+  int thread_count = 1;
+  /// Allow saving into a directory that already holds a checkpoint. The old '.metadata' is
+  /// removed before any data file is rewritten, so a failed re-save leaves no checkpoint rather
+  /// than a corrupt one.
+  bool overwrite = true;
+};
+
+/// Writes a checkpoint directory. `path` may be empty when dcp::save is given a checkpoint_id
+/// (reset() sets it).
+class FileSystemWriter : public StorageWriter {
+ public:
+  explicit FileSystemWriter(std::string path = "", FileSystemWriterOptions options = {});
+  ~FileSystemWriter() override;
+
+  const std::string& path() const { return path_; }
+
+  // StorageWriter:
+  void reset(const std::optional<std::string>& checkpoint_id) override;
+  void set_up_storage_writer(bool is_coordinator, int rank) override;
+  SavePlan prepare_local_plan(SavePlan plan) override;
+  std::vector<SavePlan> prepare_global_plan(std::vector<SavePlan> plans) override;
+  std::future<std::vector<WriteResult>> write_data(const SavePlan& plan,
+                                                   SavePlanner& planner) override;
+  void finish(const Metadata& metadata,
+              const std::vector<std::vector<WriteResult>>& results) override;
+  std::optional<StorageMeta> storage_meta() override;
+
+ private:
+  std::string path_;
+  FileSystemWriterOptions options_;
+  std::string save_id_;
+  bool is_coordinator_ = false;
+  int rank_ = 0;
+};
+
+struct FileSystemReaderOptions {
+  /// IO threads per rank.
+  int thread_count = 1;
+};
+
+/// Reads a checkpoint directory written by dcp or by Python DCP.
+class FileSystemReader : public StorageReader {
+ public:
+  explicit FileSystemReader(std::string path = "", FileSystemReaderOptions options = {});
+  ~FileSystemReader() override;
+
+  const std::string& path() const { return path_; }
+
+  // StorageReader:
+  void reset(const std::optional<std::string>& checkpoint_id) override;
+  Metadata read_metadata() override;
+  void set_up_storage_reader(const Metadata& metadata, bool is_coordinator, int rank) override;
+  LoadPlan prepare_local_plan(LoadPlan plan) override;
+  std::vector<LoadPlan> prepare_global_plan(std::vector<LoadPlan> plans) override;
+  std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner) override;
+
+ private:
+  std::string path_;
+  FileSystemReaderOptions options_;
+  std::optional<Metadata> metadata_;
+  int rank_ = 0;
+};
+
+}  // namespace dcp

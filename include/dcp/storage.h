@@ -1,0 +1,118 @@
+// Storage interfaces: where a checkpoint's bytes go. Call order and names follow Python's
+// torch.distributed.checkpoint.storage. Implementations: FileSystemWriter/Reader
+// (dcp/filesystem.h) and the in-memory storage (dcp/memory_storage.h); StorageWriterWrapper and
+// StorageReaderWrapper forward every call, so fault injection or tracing is a short subclass.
+#pragma once
+
+#include <future>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dcp/metadata.h"
+#include "dcp/planner.h"
+
+namespace dcp {
+
+/// Where one written item landed.
+struct WriteResult {
+  MetadataIndex index;
+  int64_t size_in_bytes = 0;
+  StorageInfo storage_data;
+};
+
+/// Writes one checkpoint; one instance per rank. dcp::save calls, in order:
+///   all ranks:   reset(checkpoint_id)                 (only when a checkpoint_id is given)
+///   all ranks:   storage_meta()
+///   all ranks:   set_up_storage_writer(is_coordinator, rank)
+///   all ranks:   prepare_local_plan(plan)             (creates the directory, overwrite check)
+///   coordinator: prepare_global_plan(plans)           (assigns each rank's file prefix)
+///   all ranks:   write_data(plan, planner)            -> future of results
+///   coordinator: finish(metadata, all_results)        (commits the checkpoint)
+/// Not thread-safe: each rank drives it from one thread.
+class StorageWriter {
+ public:
+  virtual ~StorageWriter() = default;
+  StorageWriter() = default;
+  StorageWriter(const StorageWriter&) = delete;
+  StorageWriter& operator=(const StorageWriter&) = delete;
+
+  virtual void reset(const std::optional<std::string>& checkpoint_id) = 0;
+  virtual void set_up_storage_writer(bool is_coordinator, int rank) = 0;
+  virtual SavePlan prepare_local_plan(SavePlan plan) = 0;
+  virtual std::vector<SavePlan> prepare_global_plan(std::vector<SavePlan> plans) = 0;
+  virtual std::future<std::vector<WriteResult>> write_data(const SavePlan& plan,
+                                                           SavePlanner& planner) = 0;
+  virtual void finish(const Metadata& metadata,
+                      const std::vector<std::vector<WriteResult>>& results) = 0;
+  /// What to record in Metadata.storage_meta; nullopt when the backend records nothing.
+  virtual std::optional<StorageMeta> storage_meta() { return std::nullopt; }
+};
+
+/// Reads one checkpoint; one instance per rank. dcp::load calls, in order:
+///   all ranks:   reset(checkpoint_id)                 (only when a checkpoint_id is given)
+///   all ranks:   read_metadata()
+///   all ranks:   set_up_storage_reader(metadata, is_coordinator, rank)
+///   all ranks:   prepare_local_plan(plan)
+///   coordinator: prepare_global_plan(plans)
+///   all ranks:   read_data(plan, planner)             -> future that completes when done
+/// Not thread-safe: each rank drives it from one thread.
+class StorageReader {
+ public:
+  virtual ~StorageReader() = default;
+  StorageReader() = default;
+  StorageReader(const StorageReader&) = delete;
+  StorageReader& operator=(const StorageReader&) = delete;
+
+  virtual void reset(const std::optional<std::string>& checkpoint_id) = 0;
+  virtual Metadata read_metadata() = 0;
+  virtual void set_up_storage_reader(const Metadata& metadata, bool is_coordinator, int rank) = 0;
+  virtual LoadPlan prepare_local_plan(LoadPlan plan) = 0;
+  virtual std::vector<LoadPlan> prepare_global_plan(std::vector<LoadPlan> plans) = 0;
+  virtual std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner) = 0;
+};
+
+/// Forwards every call to a wrapped writer (not owned; it must outlive the wrapper).
+class StorageWriterWrapper : public StorageWriter {
+ public:
+  explicit StorageWriterWrapper(StorageWriter& target) : target_(target) {}
+
+  // StorageWriter:
+  void reset(const std::optional<std::string>& checkpoint_id) override;
+  void set_up_storage_writer(bool is_coordinator, int rank) override;
+  SavePlan prepare_local_plan(SavePlan plan) override;
+  std::vector<SavePlan> prepare_global_plan(std::vector<SavePlan> plans) override;
+  std::future<std::vector<WriteResult>> write_data(const SavePlan& plan,
+                                                   SavePlanner& planner) override;
+  void finish(const Metadata& metadata,
+              const std::vector<std::vector<WriteResult>>& results) override;
+  std::optional<StorageMeta> storage_meta() override;
+
+ protected:
+  StorageWriter& target() { return target_; }
+
+ private:
+  StorageWriter& target_;
+};
+
+/// Forwards every call to a wrapped reader (not owned; it must outlive the wrapper).
+class StorageReaderWrapper : public StorageReader {
+ public:
+  explicit StorageReaderWrapper(StorageReader& target) : target_(target) {}
+
+  // StorageReader:
+  void reset(const std::optional<std::string>& checkpoint_id) override;
+  Metadata read_metadata() override;
+  void set_up_storage_reader(const Metadata& metadata, bool is_coordinator, int rank) override;
+  LoadPlan prepare_local_plan(LoadPlan plan) override;
+  std::vector<LoadPlan> prepare_global_plan(std::vector<LoadPlan> plans) override;
+  std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner) override;
+
+ protected:
+  StorageReader& target() { return target_; }
+
+ private:
+  StorageReader& target_;
+};
+
+}  // namespace dcp

@@ -1,0 +1,27 @@
+// SingleProcessCommunicator: every collective over one rank is a local copy.
+#include "dcp/communicator.h"
+
+#include <c10/util/Exception.h>
+
+namespace dcp {
+
+std::string SingleProcessCommunicator::broadcast(const std::string& data, int root) {
+  TORCH_CHECK(root == 0, "broadcast: root ", root, " out of range for 1 rank");
+  return data;
+}
+
+std::vector<std::string> SingleProcessCommunicator::gather(const std::string& data, int root) {
+  TORCH_CHECK(root == 0, "gather: root ", root, " out of range for 1 rank");
+  return {data};
+}
+
+std::string SingleProcessCommunicator::scatter(const std::vector<std::string>& data, int root) {
+  TORCH_CHECK(root == 0 && data.size() == 1, "scatter over 1 rank needs root 0 and 1 buffer");
+  return data[0];
+}
+
+std::vector<std::string> SingleProcessCommunicator::all_gather(const std::string& data) {
+  return {data};
+}
+
+}  // namespace dcp

@@ -1,0 +1,158 @@
+// The protocol-2 pickle writer (see pickle.h). It emits only opcodes that Python's
+// weights_only unpickler accepts (reference §3.5), so the same writer serves '.metadata' and
+// torch.save's data.pkl: PROTO, GLOBAL, MARK, TUPLE*, EMPTY_*, APPENDS, SETITEMS, REDUCE,
+// NEWOBJ, BUILD, BINPERSID, NONE, NEWTRUE/NEWFALSE, BININT*, LONG1, BINFLOAT, BINUNICODE,
+// BINPUT/LONG_BINPUT, BINGET/LONG_BINGET, STOP.
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+#include "format/pickle.h"
+
+namespace dcp::detail::pickle {
+
+Writer::Writer() {
+  op(0x80);
+  op(2);
+}
+
+void Writer::op(uint8_t code) { out_.push_back(static_cast<char>(code)); }
+
+void Writer::u32(uint32_t v) {
+  for (int k = 0; k < 4; ++k) op(static_cast<uint8_t>(v >> (8 * k)));
+}
+
+bool Writer::fetch_memo(const std::string& key) {
+  auto it = memo_.find(key);
+  if (it == memo_.end()) return false;
+  if (it->second < 256) {
+    op('h');
+    op(static_cast<uint8_t>(it->second));
+  } else {
+    op('j');
+    u32(it->second);
+  }
+  return true;
+}
+
+void Writer::memoize_top(const std::string& key) {
+  const auto index = static_cast<uint32_t>(memo_.size());
+  memo_.emplace(key, index);
+  if (index < 256) {
+    op('q');
+    op(static_cast<uint8_t>(index));
+  } else {
+    op('r');
+    u32(index);
+  }
+}
+
+void Writer::none() { op('N'); }
+
+void Writer::boolean(bool v) { op(v ? 0x88 : 0x89); }
+
+void Writer::integer(int64_t v) {
+  if (v >= 0 && v < 256) {
+    op('K');
+    op(static_cast<uint8_t>(v));
+  } else if (v >= 0 && v < 65536) {
+    op('M');
+    op(static_cast<uint8_t>(v));
+    op(static_cast<uint8_t>(v >> 8));
+  } else if (v >= INT32_MIN && v <= INT32_MAX) {
+    op('J');
+    u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
+  } else {
+    // LONG1: minimal little-endian two's complement.
+    uint8_t bytes[8];
+    auto u = static_cast<uint64_t>(v);
+    for (int k = 0; k < 8; ++k) bytes[k] = static_cast<uint8_t>(u >> (8 * k));
+    int n = 8;
+    while (n > 1) {
+      const bool sign_next = bytes[n - 2] & 0x80;
+      if ((bytes[n - 1] == 0x00 && !sign_next) || (bytes[n - 1] == 0xff && sign_next)) --n;
+      else break;
+    }
+    op(0x8a);
+    op(static_cast<uint8_t>(n));
+    for (int k = 0; k < n; ++k) op(bytes[k]);
+  }
+}
+
+void Writer::float64(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  op('G');
+  for (int k = 7; k >= 0; --k) op(static_cast<uint8_t>(bits >> (8 * k)));
+}
+
+void Writer::str(std::string_view v) {
+  std::string key = "s:";
+  key.append(v);
+  if (fetch_memo(key)) return;
+  TORCH_CHECK(v.size() <= UINT32_MAX, "string too long to pickle");
+  op('X');
+  u32(static_cast<uint32_t>(v.size()));
+  out_.append(v);
+  memoize_top(key);
+}
+
+void Writer::bytes(std::string_view v) {
+  // Python 3 pickles bytes under protocol 2 as _codecs.encode(v.decode('latin1'), 'latin1').
+  global("_codecs", "encode");
+  std::string utf8;
+  utf8.reserve(v.size());
+  for (unsigned char c : v) {
+    if (c < 0x80) {
+      utf8.push_back(static_cast<char>(c));
+    } else {
+      utf8.push_back(static_cast<char>(0xc0 | (c >> 6)));
+      utf8.push_back(static_cast<char>(0x80 | (c & 0x3f)));
+    }
+  }
+  op('X');
+  u32(static_cast<uint32_t>(utf8.size()));
+  out_.append(utf8);
+  str("latin1");
+  tuple(2);
+  reduce();
+}
+
+void Writer::global(std::string_view module, std::string_view name) {
+  std::string key = "g:";
+  key.append(module).append("\n").append(name);
+  if (fetch_memo(key)) return;
+  op('c');
+  out_.append(module).append("\n").append(name).append("\n");
+  memoize_top(key);
+}
+
+void Writer::mark() { op('('); }
+
+void Writer::tuple(size_t n) {
+  switch (n) {
+    case 0: op(')'); break;
+    case 1: op(0x85); break;
+    case 2: op(0x86); break;
+    case 3: op(0x87); break;
+    default: TORCH_INTERNAL_ASSERT(false, "tuple(n) with n > 3 needs mark() and tuple_from_mark()");
+  }
+}
+
+void Writer::tuple_from_mark() { op('t'); }
+void Writer::empty_tuple() { op(')'); }
+void Writer::empty_list() { op(']'); }
+void Writer::appends() { op('e'); }
+void Writer::empty_dict() { op('}'); }
+void Writer::setitems() { op('u'); }
+void Writer::reduce() { op('R'); }
+void Writer::newobj() { op(0x81); }
+void Writer::build() { op('b'); }
+void Writer::binpersid() { op('Q'); }
+
+std::string Writer::finish() {
+  op('.');
+  return std::move(out_);
+}
+
+}  // namespace dcp::detail::pickle

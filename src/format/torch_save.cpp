@@ -1,0 +1,415 @@
+// torch.save records (see torch_save.h).
+//
+// Writing: PyTorchStreamWriter with a writer function, records in torch.save's order:
+//   data.pkl, .format_version ("1"), .storage_alignment ("64"), byteorder ("little"),
+//   data/<key> for each storage; writeEndOfFile adds version and .data/serialization_id.
+// data.pkl for a tensor (reference Appendix B):
+//   _rebuild_tensor_v2(PERSID('storage', torch.<Name>Storage, key, 'cpu', numel),
+//                      storage_offset, size, stride, requires_grad=False, OrderedDict())
+// and _rebuild_tensor_v3(..., dtype) with torch.UntypedStorage (numel in bytes) for dtypes
+// that have no legacy storage class.
+//
+// Reading: PyTorchStreamReader over an ArchiveSource; data.pkl through the restricted reader.
+#include "format/torch_save.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+
+#include <cstring>
+#include <map>
+
+#include "format/dtypes.h"
+#include "format/pickle.h"
+
+namespace dcp::detail {
+namespace {
+
+constexpr int kMaxValueDepth = 256;
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+class ArchiveWriter {
+ public:
+  explicit ArchiveWriter(const ByteSink& sink)
+      : writer_([this, &sink](const void* data, size_t n) -> size_t {
+          if (n == 0) return 0;
+          if (data == nullptr) {
+            std::string zeros(n, '\0');
+            sink(zeros.data(), n);
+          } else {
+            sink(data, n);
+          }
+          written_ += n;
+          return n;
+        }) {}
+
+  // Pickles a tensor reference into `w` and remembers its storage for data/<key>.
+  void tensor(pickle::Writer& w, const at::Tensor& original) {
+    TORCH_CHECK(original.device().is_cpu(), "writing a ", original.device(),
+                " tensor: move it to the CPU first");
+    TORCH_CHECK(original.layout() == c10::Layout::Strided, "only strided tensors can be saved");
+    at::Tensor t = original;
+    const uint64_t nbytes = t.numel() * t.element_size();
+    const bool compact = t.is_contiguous() && t.storage_offset() == 0 &&
+                         t.storage().nbytes() == nbytes;
+    if (!compact) t = t.clone(at::MemoryFormat::Contiguous);
+    const std::string key = std::to_string(storages_.size());
+    storages_.push_back(t);
+
+    const c10::ScalarType dtype = t.scalar_type();
+    const auto legacy = legacy_storage_name(dtype);
+    w.global("torch._utils", legacy ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
+    w.mark();
+    w.mark();
+    w.str("storage");
+    w.global("torch", legacy ? *legacy : "UntypedStorage");
+    w.str(key);
+    w.str("cpu");
+    w.integer(legacy ? t.numel() : static_cast<int64_t>(nbytes));
+    w.tuple_from_mark();
+    w.binpersid();
+    w.integer(0);
+    int_tuple(w, t.sizes());
+    int_tuple(w, t.strides());
+    w.boolean(false);
+    w.global("collections", "OrderedDict");
+    w.empty_tuple();
+    w.reduce();
+    if (!legacy) w.global("torch", python_dtype_name(dtype));
+    w.tuple_from_mark();
+    w.reduce();
+  }
+
+  void value(pickle::Writer& w, const Value& v, int depth) {
+    TORCH_CHECK(depth < kMaxValueDepth, "value nested deeper than ", kMaxValueDepth, " levels");
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, None>) w.none();
+          else if constexpr (std::is_same_v<T, bool>) w.boolean(x);
+          else if constexpr (std::is_same_v<T, int64_t>) w.integer(x);
+          else if constexpr (std::is_same_v<T, double>) w.float64(x);
+          else if constexpr (std::is_same_v<T, std::string>) w.str(x);
+          else if constexpr (std::is_same_v<T, Bytes>) w.bytes(x.data);
+          else if constexpr (std::is_same_v<T, at::Tensor>) tensor(w, x);
+          else if constexpr (std::is_same_v<T, List>) {
+            w.empty_list();
+            if (!x.empty()) {
+              w.mark();
+              for (const auto& item : x) value(w, item, depth + 1);
+              w.appends();
+            }
+          } else if constexpr (std::is_same_v<T, Tuple>) {
+            w.begin_tuple(x.items.size());
+            for (const auto& item : x.items) value(w, item, depth + 1);
+            w.end_tuple(x.items.size());
+          } else {
+            w.empty_dict();
+            if (!x.empty()) {
+              w.mark();
+              for (const auto& [k, item] : x) {
+                if (const auto* s = std::get_if<std::string>(&k)) w.str(*s);
+                else w.integer(std::get<int64_t>(k));
+                value(w, item, depth + 1);
+              }
+              w.setitems();
+            }
+          }
+        },
+        v.variant());
+  }
+
+  uint64_t finish(const std::string& data_pkl) {
+    writer_.writeRecord("data.pkl", data_pkl.data(), data_pkl.size());
+    writer_.writeRecord(".format_version", "1", 1);
+    writer_.writeRecord(".storage_alignment", "64", 2);
+    writer_.writeRecord("byteorder", "little", 6);
+    for (size_t k = 0; k < storages_.size(); ++k) {
+      const at::Tensor& t = storages_[k];
+      writer_.writeRecord("data/" + std::to_string(k), t.numel() ? t.data_ptr() : nullptr,
+                          t.numel() * t.element_size());
+    }
+    writer_.writeEndOfFile();
+    return written_;
+  }
+
+ private:
+  static void int_tuple(pickle::Writer& w, c10::IntArrayRef values) {
+    w.begin_tuple(values.size());
+    for (int64_t v : values) w.integer(v);
+    w.end_tuple(values.size());
+  }
+
+  uint64_t written_ = 0;
+  std::vector<at::Tensor> storages_;
+  caffe2::serialize::PyTorchStreamWriter writer_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+using pickle::Kind;
+using pickle::ObjectPtr;
+
+// Lets PyTorchStreamReader read from an ArchiveSource.
+class SourceAdapter : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit SourceAdapter(const ArchiveSource& source) : source_(source) {}
+  size_t size() const override { return source_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* what) const override {
+    if (pos >= source_.size()) return 0;
+    n = std::min<uint64_t>(n, source_.size() - pos);
+    source_.read(pos, buf, n);
+    return n;
+  }
+
+ private:
+  const ArchiveSource& source_;
+};
+
+class ArchiveReader {
+ public:
+  explicit ArchiveReader(const ArchiveSource& source) : source_(source) {
+    try {
+      reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+          std::make_shared<SourceAdapter>(source));
+      if (reader_->hasRecord("byteorder")) {
+        auto [ptr, n] = reader_->getRecord("byteorder");
+        std::string order(static_cast<const char*>(ptr.get()), n);
+        TORCH_CHECK(order == "little", "byte order '", order, "' is not supported");
+      }
+      auto [ptr, n] = reader_->getRecord("data.pkl");
+      pkl_.assign(static_cast<const char*>(ptr.get()), n);
+    } catch (const c10::Error& e) {
+      fail("not a readable torch.save record: ", e.what_without_backtrace());
+    }
+    root_ = pickle::unpickle(pkl_.data(), pkl_.size(), source_.describe() + " data.pkl");
+  }
+
+  const ObjectPtr& root() const { return root_; }
+
+  template <typename... Args>
+  [[noreturn]] void fail(const Args&... args) const {
+    TORCH_CHECK(false, "corrupt item ", source_.describe(), ": ", c10::str(args...));
+  }
+  template <typename... Args>
+  void check(bool cond, const Args&... args) const {
+    if (!cond) fail(args...);
+  }
+
+  bool is_tensor(const ObjectPtr& o) const {
+    return o->calls("torch._utils", "_rebuild_tensor_v2") ||
+           o->calls("torch._utils", "_rebuild_tensor_v3") ||
+           o->calls("torch._utils", "_rebuild_parameter");
+  }
+
+  // Interprets a _rebuild_tensor_v2/v3 call without reading the storage.
+  TensorRecord tensor_record(const ObjectPtr& o, std::string* key_out = nullptr) {
+    if (o->calls("torch._utils", "_rebuild_parameter")) {
+      check(!o->args->items.empty(), "_rebuild_parameter without arguments");
+      return tensor_record(o->args->items[0], key_out);
+    }
+    const bool v3 = o->calls("torch._utils", "_rebuild_tensor_v3");
+    check(is_tensor(o), "expected a tensor, found ", o->kind_name());
+    const auto& a = o->args->items;
+    check(a.size() >= (v3 ? 7u : 6u), "tensor rebuild call with ", a.size(), " arguments");
+    const ObjectPtr& pid = a[0];
+    check(pid->kind == Kind::PersId && pid->args->kind == Kind::Tuple &&
+              pid->args->items.size() == 5,
+          "tensor storage is not a persistent id");
+    const auto& s = pid->args->items;
+    check(s[0]->kind == Kind::Str && s[0]->str == "storage", "persistent id is not a storage");
+    check(s[1]->kind == Kind::Global && s[1]->str == "torch", "unexpected storage class");
+    check(s[2]->kind == Kind::Str && s[4]->kind == Kind::Int, "malformed storage tuple");
+    TensorRecord r;
+    int64_t numel = s[4]->i;
+    if (v3) {
+      check(a[6]->kind == Kind::Global && a[6]->str == "torch", "v3 tensor without a dtype");
+      auto dt = dtype_from_python_name(a[6]->name);
+      check(dt.has_value(), "unsupported dtype torch.", a[6]->name);
+      r.dtype = *dt;
+      r.storage_bytes = static_cast<uint64_t>(numel);  // UntypedStorage: bytes
+    } else {
+      auto dt = dtype_from_storage_name(s[1]->name);
+      check(dt.has_value(), "unsupported storage class torch.", s[1]->name);
+      r.dtype = *dt;
+      r.storage_bytes = static_cast<uint64_t>(numel) * c10::elementSize(r.dtype);
+    }
+    check(numel >= 0, "negative storage size");
+    check(a[1]->kind == Kind::Int && a[1]->i >= 0, "bad storage offset");
+    r.storage_offset = a[1]->i;
+    r.sizes = int_list(a[2], "size");
+    r.strides = int_list(a[3], "stride");
+    check(r.sizes.size() == r.strides.size(), "size and stride lengths differ");
+    const std::string record = "data/" + s[2]->str;
+    try {
+      check(reader_->hasRecord(record), "missing record ", record);
+      const uint64_t record_size = reader_->getRecordSize(record);
+      check(record_size >= r.storage_bytes, "record ", record, " has ", record_size,
+            " bytes, storage needs ", r.storage_bytes);
+      r.data_offset = reader_->getRecordOffset(record);
+    } catch (const c10::Error& e) {
+      fail(e.what_without_backtrace());
+    }
+    check(r.data_offset + r.storage_bytes <= source_.size(), "storage ", record,
+          " extends past the item's end");
+    // Every element the view can address must lie inside the storage.
+    const int64_t itemsize = static_cast<int64_t>(c10::elementSize(r.dtype));
+    int64_t max_index = r.storage_offset;
+    bool empty = false;
+    for (size_t d = 0; d < r.sizes.size(); ++d) {
+      check(r.sizes[d] >= 0 && r.strides[d] >= 0, "negative size or stride");
+      if (r.sizes[d] == 0) empty = true;
+      else max_index += (r.sizes[d] - 1) * r.strides[d];
+    }
+    check(empty || (max_index + 1) * itemsize <= static_cast<int64_t>(r.storage_bytes),
+          "tensor view reaches past its storage");
+    if (key_out) *key_out = s[2]->str;
+    return r;
+  }
+
+  at::Tensor tensor(const ObjectPtr& o) {
+    std::string key;
+    TensorRecord r = tensor_record(o, &key);
+    auto it = storages_.find(key);
+    if (it == storages_.end()) {
+      const int64_t itemsize = static_cast<int64_t>(c10::elementSize(r.dtype));
+      at::Tensor storage = at::empty({static_cast<int64_t>(r.storage_bytes) / itemsize},
+                                     at::TensorOptions().dtype(r.dtype));
+      if (r.storage_bytes) source_.read(r.data_offset, storage.data_ptr(), r.storage_bytes);
+      it = storages_.emplace(key, storage).first;
+    }
+    return it->second.as_strided(r.sizes, r.strides, r.storage_offset);
+  }
+
+  Value value(const ObjectPtr& o, int depth) {
+    check(depth < kMaxValueDepth, "value nested deeper than ", kMaxValueDepth, " levels");
+    switch (o->kind) {
+      case Kind::None: return None{};
+      case Kind::Bool: return o->b;
+      case Kind::Int: return o->i;
+      case Kind::Float: return o->f;
+      case Kind::Str: return o->str;
+      case Kind::Bytes: return Bytes{o->str};
+      case Kind::Tuple: return Tuple{items(o->items, depth)};
+      case Kind::List: return items(o->items, depth);
+      case Kind::Dict: return dict(o->items, depth);
+      default: break;
+    }
+    if (is_tensor(o)) return tensor(o);
+    if (o->calls("collections", "OrderedDict")) return dict(o->items, depth);
+    if (o->calls("torch", "Size")) {
+      check(o->args->items.size() == 1, "torch.Size takes one tuple");
+      return value(o->args->items[0], depth + 1);
+    }
+    if (o->calls("_codecs", "encode")) return Bytes{latin1(o)};
+    if (o->calls("builtins", "bytearray") || o->calls("__builtin__", "bytearray")) {
+      check(o->args->items.size() == 1 && o->args->items[0]->kind == Kind::Bytes,
+            "unsupported bytearray form");
+      return Bytes{o->args->items[0]->str};
+    }
+    const auto& g = o->callable ? o->callable : o;
+    fail("unsupported Python object ",
+         g->kind == Kind::Global ? "'" + g->str + "." + g->name + "'" : o->kind_name(),
+         " (dcp reads None, bool, int, float, str, bytes, list, tuple, dict and tensors)");
+  }
+
+ private:
+  std::vector<int64_t> int_list(const ObjectPtr& o, const char* what) const {
+    check(o->kind == Kind::Tuple || o->kind == Kind::List, what, " is not a tuple");
+    std::vector<int64_t> out;
+    for (const auto& i : o->items) {
+      check(i->kind == Kind::Int, what, " holds a non-int");
+      out.push_back(i->i);
+    }
+    return out;
+  }
+
+  std::vector<Value> items(const std::vector<ObjectPtr>& objects, int depth) {
+    std::vector<Value> out;
+    out.reserve(objects.size());
+    for (const auto& o : objects) out.push_back(value(o, depth + 1));
+    return out;
+  }
+
+  Dict dict(const std::vector<ObjectPtr>& kv, int depth) {
+    Dict out;
+    for (size_t k = 0; k + 1 < kv.size(); k += 2) {
+      const auto& key = kv[k];
+      check(key->kind == Kind::Str || key->kind == Kind::Int,
+            "dict key of type ", key->kind_name(), " is not supported (str and int are)");
+      Key dk = key->kind == Kind::Str ? Key(key->str) : Key(key->i);
+      out.insert_or_assign(std::move(dk), value(kv[k + 1], depth + 1));
+    }
+    return out;
+  }
+
+  // _codecs.encode(text, 'latin1') -> the original bytes.
+  std::string latin1(const ObjectPtr& o) const {
+    const auto& a = o->args->items;
+    check(a.size() == 2 && a[0]->kind == Kind::Str && a[1]->kind == Kind::Str &&
+              (a[1]->str == "latin1" || a[1]->str == "latin-1"),
+          "unsupported _codecs.encode call");
+    std::string out;
+    const std::string& s = a[0]->str;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const auto c = static_cast<unsigned char>(s[i]);
+      if (c < 0x80) {
+        out.push_back(static_cast<char>(c));
+      } else {
+        check((c & 0xe0) == 0xc0 && i + 1 < s.size(), "bytes text is not latin-1");
+        const auto c2 = static_cast<unsigned char>(s[++i]);
+        out.push_back(static_cast<char>(((c & 0x1f) << 6) | (c2 & 0x3f)));
+      }
+    }
+    return out;
+  }
+
+  const ArchiveSource& source_;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
+  std::string pkl_;
+  ObjectPtr root_;
+  std::map<std::string, at::Tensor> storages_;
+};
+
+}  // namespace
+
+uint64_t write_tensor_archive(const at::Tensor& tensor, const ByteSink& sink) {
+  ArchiveWriter archive(sink);
+  pickle::Writer w;
+  archive.tensor(w, tensor);
+  return archive.finish(w.finish());
+}
+
+uint64_t write_value_archive(const Value& value, const ByteSink& sink) {
+  ArchiveWriter archive(sink);
+  pickle::Writer w;
+  archive.value(w, value, 0);
+  return archive.finish(w.finish());
+}
+
+TensorRecord read_tensor_record(const ArchiveSource& source) {
+  ArchiveReader reader(source);
+  return reader.tensor_record(reader.root());
+}
+
+at::Tensor read_tensor_archive(const ArchiveSource& source) {
+  ArchiveReader reader(source);
+  return reader.tensor(reader.root());
+}
+
+Value read_value_archive(const ArchiveSource& source) {
+  ArchiveReader reader(source);
+  return reader.value(reader.root(), 0);
+}
+
+void MemoryArchiveSource::read(uint64_t offset, void* dst, size_t n) const {
+  TORCH_CHECK(offset <= size_ && n <= size_ - offset, "reading ", name_, " bytes [", offset, ", ",
+              offset + n, "): the item has only ", size_, " bytes");
+  std::memcpy(dst, data_ + offset, n);
+}
+
+}  // namespace dcp::detail

@@ -1,0 +1,75 @@
+// torch.save records: the zip archives that hold each item of a '.distcp' file (reference §3).
+// Writing uses LibTorch's PyTorchStreamWriter (the same container code torch.save uses);
+// data.pkl is written by our protocol-2 writer with only weights_only-safe opcodes. Reading uses
+// PyTorchStreamReader over a random-access source and our restricted pickle reader.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "dcp/state_dict.h"
+
+namespace dcp::detail {
+
+/// Receives the archive's bytes in order. Throws on failure.
+using ByteSink = std::function<void(const void* data, size_t size)>;
+
+/// Writes `tensor` as Python's torch.save(tensor) would (one storage "0", compact, row-major
+/// when the tensor is not already compact). REQUIRES: a CPU tensor. Returns bytes written.
+uint64_t write_tensor_archive(const at::Tensor& tensor, const ByteSink& sink);
+
+/// Writes a non-tensor value (tensors nested inside are allowed) as torch.save(value).
+/// Returns bytes written.
+uint64_t write_value_archive(const Value& value, const ByteSink& sink);
+
+/// Random access to one archive: bytes [0, size()) of some larger file.
+class ArchiveSource {
+ public:
+  virtual ~ArchiveSource() = default;
+  virtual uint64_t size() const = 0;
+  /// Reads exactly n bytes at `offset` (relative to the archive). Throws c10::Error naming
+  /// the file and absolute byte range when they are not there.
+  virtual void read(uint64_t offset, void* dst, size_t n) const = 0;
+  /// "'__0_0.distcp' [1024, 2048)", for messages.
+  virtual std::string describe() const = 0;
+};
+
+/// Where a tensor record's elements sit and how they are laid out.
+struct TensorRecord {
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t storage_offset = 0;  // elements
+  uint64_t data_offset = 0;    // bytes, from the archive start to the storage's first byte
+  uint64_t storage_bytes = 0;
+};
+
+/// Parses a tensor item's data.pkl and locates its storage, without reading the storage.
+TensorRecord read_tensor_record(const ArchiveSource& source);
+
+/// Reads a whole tensor item into a new CPU tensor (with the saved strides).
+at::Tensor read_tensor_archive(const ArchiveSource& source);
+
+/// Reads a byte item (any torch.save'd Python value made of None, bool, int, float, str, bytes,
+/// list, tuple, dict, OrderedDict, torch.Size and tensors).
+Value read_value_archive(const ArchiveSource& source);
+
+/// An ArchiveSource over bytes held in memory.
+class MemoryArchiveSource : public ArchiveSource {
+ public:
+  MemoryArchiveSource(const char* data, uint64_t size, std::string name)
+      : data_(data), size_(size), name_(std::move(name)) {}
+  uint64_t size() const override { return size_; }
+  void read(uint64_t offset, void* dst, size_t n) const override;
+  std::string describe() const override { return name_; }
+
+ private:
+  const char* data_;
+  uint64_t size_;
+  std::string name_;
+};
+
+}  // namespace dcp::detail

@@ -1,0 +1,153 @@
+// POSIX file helpers (see file.h). Every errno becomes an exception in throw_errno.
+#include "io/file.h"
+
+#include <c10/util/Exception.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace dcp::detail {
+
+void throw_errno(const std::string& op, const std::string& path, int err) {
+  TORCH_CHECK(false, op, " '", path, "': ", std::strerror(err), " (errno ", err, ")");
+}
+
+File::File(File&& other) noexcept : fd_(other.fd_), path_(std::move(other.path_)) {
+  other.fd_ = -1;
+}
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    path_ = std::move(other.path_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+File::~File() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+File File::open(const std::string& path, int flags, mode_t mode) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) throw_errno("opening", path, errno);
+  return File(fd, path);
+}
+
+void File::write_all(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd_, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("writing", path_, errno);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void File::pread_all(void* data, size_t n, uint64_t offset) const {
+  char* p = static_cast<char*>(data);
+  uint64_t pos = offset;
+  while (n > 0) {
+    ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(pos));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("reading", path_, errno);
+    }
+    TORCH_CHECK(r > 0, "reading '", path_, "' bytes [", offset, ", ", pos + n,
+                "): the file ends at byte ", pos, " (truncated?)");
+    p += r;
+    pos += static_cast<uint64_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+}
+
+uint64_t File::size() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) throw_errno("stat", path_, errno);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void File::sync() {
+  if (::fsync(fd_) != 0) throw_errno("fsync", path_, errno);
+}
+
+void File::close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 && errno != EINTR) throw_errno("closing", path_, errno);
+}
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void create_directories(const std::string& path) {
+  if (path.empty() || is_directory(path)) return;
+  const auto slash = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
+  if (slash != std::string::npos && slash > 0) create_directories(path.substr(0, slash));
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw_errno("creating directory", path, errno);
+  }
+}
+
+void rename_file(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("renaming to '" + to + "'", from, errno);
+}
+
+bool remove_file(const std::string& path) {
+  if (::unlink(path.c_str()) == 0) return true;
+  if (errno == ENOENT) return false;
+  throw_errno("removing", path, errno);
+}
+
+void sync_directory(const std::string& dir) {
+  File d = File::open(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+  d.sync();
+  d.close();
+}
+
+std::string read_file(const std::string& path) {
+  File f = File::open(path, O_RDONLY);
+  std::string data(f.size(), '\0');
+  f.pread_all(data.data(), data.size(), 0);
+  return data;
+}
+
+std::vector<std::string> list_directory(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) throw_errno("listing", dir, errno);
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(std::move(name));
+  }
+  ::closedir(d);
+  return names;
+}
+
+}  // namespace dcp::detail

@@ -1,0 +1,65 @@
+// POSIX file helpers: an owned file descriptor, full write and pread loops, fsync, atomic
+// rename and directory fsync. errno is translated into c10::Error in exactly one place
+// (errno_error), with the operation, the path and the OS message.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dcp::detail {
+
+/// Throws c10::Error "<op> '<path>': <strerror(err)> (errno <err>)".
+[[noreturn]] void throw_errno(const std::string& op, const std::string& path, int err);
+
+/// Owns one file descriptor. Move-only; closes on destruction (errors ignored there; call
+/// close() to see them).
+class File {
+ public:
+  File() = default;
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File();
+
+  /// open(2); throws on failure.
+  static File open(const std::string& path, int flags, mode_t mode = 0644);
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  bool valid() const { return fd_ >= 0; }
+
+  void write_all(const void* data, size_t n);
+  /// Reads exactly n bytes at `offset`; throws naming the range when the file is shorter.
+  void pread_all(void* data, size_t n, uint64_t offset) const;
+  uint64_t size() const;
+  void sync();
+  void close();
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+/// Joins directory and name with one '/'.
+std::string join_path(const std::string& dir, const std::string& name);
+bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
+/// mkdir -p; throws on failure.
+void create_directories(const std::string& path);
+/// rename(2); throws on failure.
+void rename_file(const std::string& from, const std::string& to);
+/// unlink(2); returns false when the file did not exist, throws on other errors.
+bool remove_file(const std::string& path);
+/// fsync of a directory, so that renames and creations in it are durable.
+void sync_directory(const std::string& dir);
+/// Whole-file read.
+std::string read_file(const std::string& path);
+/// Names in a directory (no "." or "..").
+std::vector<std::string> list_directory(const std::string& dir);
+
+}  // namespace dcp::detail

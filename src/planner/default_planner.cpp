@@ -1,0 +1,255 @@
+// DefaultSavePlanner and DefaultLoadPlanner (Python's default_planner), plus the global save
+// plan that turns every rank's items into Metadata.
+//
+// Save: flatten -> one item per tensor (TENSOR, offsets 0) or other value (BYTE_IO) ->
+//       coordinator: de-duplicate, build Metadata, validate chunks.
+// Load: flatten the destination -> for each key: missing (error naming the nearest saved key,
+//       or skip with allow_partial_load), bytes (one BYTE_IO read), or tensor (shape and dtype
+//       checks, then chunk-overlap reads).
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <mutex>
+#include <sstream>
+
+#include "dcp/planner.h"
+#include "planner/planner_helpers.h"
+
+namespace dcp {
+
+int64_t WriteItem::tensor_storage_size() const {
+  if (!tensor_data) return 0;
+  int64_t n = static_cast<int64_t>(c10::elementSize(tensor_data->properties.dtype));
+  for (int64_t s : tensor_data->chunk.sizes) n *= s;
+  return n;
+}
+
+namespace {
+
+// flatten_state_dict=False: the top-level values are the leaves.
+FlatStateDict top_level_items(const StateDict& state) {
+  FlatStateDict flat;
+  for (const auto& [k, v] : state) {
+    const std::string key = key_to_string(k);
+    flat.items.emplace_back(key, v);
+    flat.mappings.emplace(key, ObjectPath{Key(key)});
+  }
+  return flat;
+}
+
+std::map<std::string, size_t> index_by_fqn(const FlatStateDict& flat) {
+  std::map<std::string, size_t> by_fqn;
+  for (size_t i = 0; i < flat.items.size(); ++i) by_fqn.emplace(flat.items[i].first, i);
+  return by_fqn;
+}
+
+TensorProperties properties_of(const at::Tensor& t) {
+  TensorProperties p;
+  p.dtype = t.scalar_type();
+  p.layout = t.layout();
+  p.requires_grad = t.requires_grad();
+  p.pin_memory = t.is_pinned();
+  return p;
+}
+
+std::string shape_string(c10::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Global save plan
+
+namespace detail {
+
+std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
+    std::vector<SavePlan> plans) {
+  Metadata md;
+  md.planner_data.emplace();
+  for (auto& plan : plans) {
+    for (auto& item : plan.items) {
+      auto existing = md.state_dict_metadata.find(item.index.fqn);
+      if (item.type == WriteItemType::BYTE_IO) {
+        TORCH_CHECK_VALUE(existing == md.state_dict_metadata.end(), "'", item.index.fqn,
+                          "' is saved twice with different kinds or offsets");
+        md.state_dict_metadata.emplace(item.index.fqn, BytesStorageMetadata{});
+        continue;
+      }
+      TORCH_INTERNAL_ASSERT(item.tensor_data.has_value(), "tensor item without tensor data");
+      if (existing == md.state_dict_metadata.end()) {
+        TensorStorageMetadata t;
+        t.properties = item.tensor_data->properties;
+        t.size = item.tensor_data->size;
+        existing = md.state_dict_metadata.emplace(item.index.fqn, std::move(t)).first;
+      }
+      auto* t = std::get_if<TensorStorageMetadata>(&existing->second);
+      TORCH_CHECK_VALUE(t != nullptr, "'", item.index.fqn,
+                        "' is saved both as a tensor and as a non-tensor value");
+      TORCH_CHECK_VALUE(item.type == WriteItemType::SHARD || t->chunks.empty(), "'",
+                        item.index.fqn, "' is saved as a whole tensor by several ranks with ",
+                        "different offsets");
+      TORCH_CHECK_VALUE(t->size == item.tensor_data->size &&
+                            t->properties.dtype == item.tensor_data->properties.dtype,
+                        "ranks disagree on the shape or dtype of '", item.index.fqn, "'");
+      item.index.index = static_cast<int64_t>(t->chunks.size());
+      t->chunks.push_back(item.tensor_data->chunk);
+    }
+    for (const auto& [fqn, path] : plan.planner_data) md.planner_data->emplace(fqn, path);
+  }
+  const std::string problem = validate_global_plan(md, plans.size());
+  TORCH_CHECK_VALUE(problem.empty(), "Failed to validate global plan: ", problem);
+  return {std::move(plans), std::move(md)};
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// DefaultSavePlanner
+
+DefaultSavePlanner::DefaultSavePlanner(DefaultSavePlannerOptions options) : options_(options) {}
+
+void DefaultSavePlanner::set_up_planner(const StateDict& state,
+                                        const std::optional<StorageMeta>& meta,
+                                        bool is_coordinator) {
+  flat_ = options_.flatten_state_dict ? flatten_state_dict(state) : top_level_items(state);
+  by_fqn_ = index_by_fqn(flat_);
+  is_coordinator_ = is_coordinator;
+}
+
+SavePlan DefaultSavePlanner::create_local_plan() {
+  SavePlan plan;
+  for (const auto& [fqn, value] : flat_.items) {
+    WriteItem item;
+    if (value.is_tensor()) {
+      const at::Tensor& t = value.tensor();
+      TORCH_CHECK(t.defined(), "'", fqn, "' is an undefined tensor");
+      const std::vector<int64_t> shape = t.sizes().vec();
+      item.type = WriteItemType::TENSOR;
+      item.index = MetadataIndex(fqn, std::vector<int64_t>(shape.size(), 0));
+      item.tensor_data = TensorWriteData{
+          ChunkStorageMetadata{std::vector<int64_t>(shape.size(), 0), shape}, properties_of(t),
+          shape};
+    } else {
+      item.type = WriteItemType::BYTE_IO;
+      item.index = MetadataIndex(fqn);
+    }
+    plan.items.push_back(std::move(item));
+  }
+  plan.planner_data = flat_.mappings;
+  return plan;
+}
+
+std::pair<std::vector<SavePlan>, Metadata> DefaultSavePlanner::create_global_plan(
+    std::vector<SavePlan> plans) {
+  plans = detail::dedup_save_plans(std::move(plans), options_.dedup_save_to_lowest_rank);
+  return detail::create_default_global_save_plan(std::move(plans));
+}
+
+SavePlan DefaultSavePlanner::finish_plan(SavePlan central_plan) { return central_plan; }
+
+WritePayload DefaultSavePlanner::resolve_data(const WriteItem& item) {
+  auto it = by_fqn_.find(item.index.fqn);
+  TORCH_CHECK(it != by_fqn_.end(), "the plan names '", item.index.fqn,
+              "', which this rank's state dict lacks");
+  const Value& value = flat_.items[it->second].second;
+  if (item.type == WriteItemType::BYTE_IO) return value;
+  return value.tensor();
+}
+
+// ---------------------------------------------------------------------------------------------
+// DefaultLoadPlanner
+
+DefaultLoadPlanner::DefaultLoadPlanner(DefaultLoadPlannerOptions options) : options_(options) {}
+
+void DefaultLoadPlanner::set_up_planner(StateDict& state, const Metadata& metadata,
+                                        bool is_coordinator) {
+  state_ = &state;
+  metadata_ = &metadata;
+  flat_ = options_.flatten_state_dict ? flatten_state_dict(state) : top_level_items(state);
+  by_fqn_ = index_by_fqn(flat_);
+}
+
+LoadPlan DefaultLoadPlanner::create_local_plan() {
+  TORCH_CHECK(metadata_ != nullptr, "create_local_plan before set_up_planner");
+  LoadPlan plan;
+  std::vector<std::string> missing;
+  for (const auto& [fqn, value] : flat_.items) {
+    auto it = metadata_->state_dict_metadata.find(fqn);
+    if (it == metadata_->state_dict_metadata.end()) {
+      if (!options_.allow_partial_load) missing.push_back(fqn);
+      continue;
+    }
+    if (std::holds_alternative<BytesStorageMetadata>(it->second)) {
+      ReadItem r;
+      r.type = LoadItemType::BYTE_IO;
+      r.dest_index = MetadataIndex(fqn);
+      r.storage_index = MetadataIndex(fqn);
+      plan.items.push_back(std::move(r));
+      continue;
+    }
+    const auto& saved = std::get<TensorStorageMetadata>(it->second);
+    TORCH_CHECK_VALUE(value.is_tensor(), "'", fqn, "' is a tensor of shape ",
+                      shape_string(saved.size), " in the checkpoint but a ", value.type_name(),
+                      " in the state dict");
+    const at::Tensor& dest = value.tensor();
+    TORCH_CHECK_VALUE(dest.sizes() == c10::IntArrayRef(saved.size),
+                      "Size mismatch between saved ", shape_string(saved.size), " and current ",
+                      shape_string(dest.sizes()), " for '", fqn, "'");
+    TORCH_CHECK_TYPE(options_.allow_dtype_cast || dest.scalar_type() == saved.properties.dtype,
+                     "dtype mismatch for '", fqn, "': the checkpoint holds ",
+                     dtype_name(saved.properties.dtype), ", the state dict ",
+                     dtype_name(dest.scalar_type()),
+                     " (set allow_dtype_cast to convert on load)");
+    const std::vector<int64_t> shape = dest.sizes().vec();
+    auto reads = detail::create_read_items_for_chunk_list(
+        fqn, saved, {ChunkStorageMetadata{std::vector<int64_t>(shape.size(), 0), shape}});
+    for (auto& r : reads) plan.items.push_back(std::move(r));
+  }
+  if (!missing.empty()) {
+    std::vector<std::string> saved_keys;
+    for (const auto& [k, v] : metadata_->state_dict_metadata) saved_keys.push_back(k);
+    std::ostringstream msg;
+    msg << "Missing key" << (missing.size() > 1 ? "s" : "") << " in checkpoint state_dict: ";
+    const size_t shown = std::min<size_t>(missing.size(), 10);
+    for (size_t i = 0; i < shown; ++i) {
+      const std::string near = detail::nearest_key(missing[i], saved_keys);
+      msg << (i ? ", " : "") << "'" << missing[i] << "'";
+      if (!near.empty()) msg << " (did you mean '" << near << "'?)";
+    }
+    if (shown < missing.size()) msg << " and " << missing.size() - shown << " more";
+    msg << ". The checkpoint has " << saved_keys.size()
+        << " keys; set allow_partial_load to skip missing keys.";
+    TORCH_CHECK(false, msg.str());
+  }
+  return plan;
+}
+
+std::vector<LoadPlan> DefaultLoadPlanner::create_global_plan(std::vector<LoadPlan> plans) {
+  return plans;
+}
+
+LoadPlan DefaultLoadPlanner::finish_plan(LoadPlan central_plan) { return central_plan; }
+
+void DefaultLoadPlanner::load_bytes(const ReadItem& item, Value value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto path = flat_.mappings.find(item.dest_index.fqn);
+  TORCH_CHECK(path != flat_.mappings.end(), "no destination for '", item.dest_index.fqn, "'");
+  set_element(*state_, path->second, std::move(value));
+}
+
+at::Tensor DefaultLoadPlanner::resolve_tensor(const ReadItem& item) {
+  auto it = by_fqn_.find(item.dest_index.fqn);
+  TORCH_CHECK(it != by_fqn_.end(), "no destination for '", item.dest_index.fqn, "'");
+  at::Tensor t = flat_.items[it->second].second.tensor().detach();
+  for (size_t d = 0; d < item.dest_offsets.size(); ++d) {
+    t = t.narrow(static_cast<int64_t>(d), item.dest_offsets[d], item.lengths[d]);
+  }
+  return t;
+}
+
+void DefaultLoadPlanner::commit_tensor(const ReadItem& item, const at::Tensor& tensor) {}
+
+}  // namespace dcp

@@ -1,0 +1,39 @@
+// Stateless planning steps shared by the default planners (Python's planner_helpers,
+// _dedup_save_plans and default_planner module functions). Pure functions, no IO.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dcp/metadata.h"
+#include "dcp/planner.h"
+
+namespace dcp::detail {
+
+/// Removes duplicates of replicated items (equal MetadataIndex on several ranks), keeping each
+/// on one rank: the one with the fewest bytes so far (ties: lowest rank), or always the lowest
+/// rank when `save_to_lowest_rank` (reference §4.4).
+std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to_lowest_rank);
+
+/// Builds the global Metadata from the (de-duplicated) plans, rewriting each tensor item's
+/// index hint to its chunk position; merges planner_data (reference §4.5). Throws
+/// c10::ValueError when chunks leave the tensor's bounds, overlap, or (with more than one plan)
+/// do not cover it.
+std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
+    std::vector<SavePlan> plans);
+
+/// Python's _validate_global_plan: returns a description of the first problem, or "".
+std::string validate_global_plan(const Metadata& metadata, size_t num_plans);
+
+/// The reads that fill `local_chunks` (destination boxes of tensor `fqn`, in global offsets)
+/// from the saved chunks in `saved` (reference §5.2).
+std::vector<ReadItem> create_read_items_for_chunk_list(
+    const std::string& fqn, const TensorStorageMetadata& saved,
+    const std::vector<ChunkStorageMetadata>& local_chunks);
+
+/// The key in `candidates` closest to `key` (renames, prefixes, edit distance), or "" when
+/// nothing is reasonably close.
+std::string nearest_key(const std::string& key, const std::vector<std::string>& candidates);
+
+}  // namespace dcp::detail

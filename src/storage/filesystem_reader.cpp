@@ -1,0 +1,100 @@
+// FileSystemReader: reads a checkpoint directory written by dcp or Python DCP.
+//
+//   read_metadata: '.metadata' through the restricted pickle reader; a directory without it is
+//                  reported as "no checkpoint" (or "incomplete" when data files are there).
+//   read_data:     the shared read path (item_io.h) over pread-based files.
+#include <c10/util/Exception.h>
+#include <fcntl.h>
+
+#include "dcp/filesystem.h"
+#include "format/metadata_codec.h"
+#include "io/file.h"
+#include "storage/item_io.h"
+#include "storage/paths.h"
+
+namespace dcp {
+namespace {
+
+class PosixInputFile : public detail::InputFile {
+ public:
+  PosixInputFile(const std::string& dir, const std::string& relative)
+      : name_(relative), file_(detail::File::open(detail::join_path(dir, relative), O_RDONLY)),
+        size_(file_.size()) {}
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return size_; }
+  void read(uint64_t offset, void* dst, size_t n) const override {
+    TORCH_CHECK(offset <= size_ && n <= size_ - offset, "reading '", name_, "' bytes [", offset,
+                ", ", offset + n, "): file has ", size_, " bytes (truncated?)");
+    file_.pread_all(dst, n, offset);
+  }
+
+ private:
+  std::string name_;
+  detail::File file_;
+  uint64_t size_;
+};
+
+}  // namespace
+
+FileSystemReader::FileSystemReader(std::string path, FileSystemReaderOptions options)
+    : path_(std::move(path)), options_(options) {
+  TORCH_CHECK(options_.thread_count >= 1, "FileSystemReader: thread_count must be >= 1");
+}
+
+FileSystemReader::~FileSystemReader() = default;
+
+void FileSystemReader::reset(const std::optional<std::string>& checkpoint_id) {
+  if (checkpoint_id) path_ = *checkpoint_id;
+  metadata_.reset();
+}
+
+Metadata FileSystemReader::read_metadata() {
+  TORCH_CHECK(!path_.empty(), "FileSystemReader: no checkpoint path (pass a checkpoint_id)");
+  const std::string file = detail::join_path(path_, detail::paths::metadata_file());
+  if (!detail::path_exists(file)) {
+    TORCH_CHECK(detail::is_directory(path_), "no checkpoint at '", path_,
+                "': the directory does not exist");
+    bool has_data = false;
+    for (const auto& name : detail::list_directory(path_)) {
+      has_data = has_data || detail::paths::is_data_file(name);
+    }
+    TORCH_CHECK(!has_data, "no checkpoint at '", path_, "': data files are there but '",
+                detail::paths::metadata_file(),
+                "' is not, so the save that wrote them did not finish (incomplete checkpoint)");
+    TORCH_CHECK(false, "no checkpoint at '", path_, "': '", detail::paths::metadata_file(),
+                "' not found");
+  }
+  const std::string bytes = detail::read_file(file);
+  return detail::decode_metadata(bytes.data(), bytes.size(), "'" + file + "'");
+}
+
+void FileSystemReader::set_up_storage_reader(const Metadata& metadata, bool is_coordinator,
+                                             int rank) {
+  metadata_ = metadata;
+  rank_ = rank;
+}
+
+LoadPlan FileSystemReader::prepare_local_plan(LoadPlan plan) { return plan; }
+
+std::vector<LoadPlan> FileSystemReader::prepare_global_plan(std::vector<LoadPlan> plans) {
+  return plans;
+}
+
+std::future<void> FileSystemReader::read_data(const LoadPlan& plan, LoadPlanner& planner) {
+  std::promise<void> promise;
+  try {
+    TORCH_CHECK(metadata_.has_value(), "read_data before set_up_storage_reader");
+    detail::read_items(
+        plan, planner, *metadata_,
+        [this](const std::string& relative) {
+          return std::make_shared<PosixInputFile>(path_, relative);
+        },
+        options_.thread_count, rank_);
+    promise.set_value();
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+  return promise.get_future();
+}
+
+}  // namespace dcp

@@ -1,0 +1,165 @@
+// FileSystemWriter: writes a checkpoint directory in PyTorch DCP's layout.
+//
+// Commit protocol (also in docs/format.md):
+//   1. prepare_local_plan (every rank): create the directory; refuse an existing checkpoint
+//      when overwrite is false.
+//   2. prepare_global_plan (coordinator): if a '.metadata' exists, remove it and fsync the
+//      directory before any rank rewrites data files (Note [Invalidate before overwrite]);
+//      assign each rank its file prefix "__{rank}_".
+//   3. write_data (every rank): write '__{rank}_{k}.distcp' under final names, fsync each.
+//   4. finish (coordinator): write '.metadata.tmp', fsync, rename to '.metadata', fsync the
+//      directory. Until this rename the new checkpoint does not exist.
+//
+// Note [Invalidate before overwrite]: Python DCP rewrites data files in place while the old
+// '.metadata' still points into them, so a re-save that fails midway leaves a '.metadata' that
+// describes bytes no longer there. Removing the old metadata first means such a failure leaves
+// no checkpoint in that directory, never a corrupt one. Checkpoints in other directories are
+// never touched.
+#include <c10/util/Exception.h>
+#include <fcntl.h>
+
+#include <cstring>
+#include <random>
+
+#include "dcp/filesystem.h"
+#include "format/metadata_codec.h"
+#include "io/file.h"
+#include "storage/item_io.h"
+#include "storage/paths.h"
+
+namespace dcp {
+namespace {
+
+std::string uuid4() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  uint8_t b[16];
+  for (int i = 0; i < 16; i += 8) {
+    const uint64_t v = gen();
+    std::memcpy(b + i, &v, 8);
+  }
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += hex[b[i] >> 4];
+    s += hex[b[i] & 15];
+  }
+  return s;
+}
+
+// Appends to a file through a buffer; large writes go straight from the caller's memory.
+class BufferedFileOutput : public detail::OutputStream {
+ public:
+  explicit BufferedFileOutput(detail::File& file) : file_(file) { buffer_.reserve(kBufferSize); }
+  void write(const void* data, size_t n) override {
+    if (buffer_.size() + n > kBufferSize) flush();
+    if (n >= kBufferSize) {
+      file_.write_all(data, n);
+    } else {
+      buffer_.append(static_cast<const char*>(data), n);
+    }
+    position_ += n;
+  }
+  uint64_t position() const override { return position_; }
+  void flush() {
+    if (!buffer_.empty()) file_.write_all(buffer_.data(), buffer_.size());
+    buffer_.clear();
+  }
+
+ private:
+  static constexpr size_t kBufferSize = 1 << 20;
+  detail::File& file_;
+  std::string buffer_;
+  uint64_t position_ = 0;
+};
+
+}  // namespace
+
+FileSystemWriter::FileSystemWriter(std::string path, FileSystemWriterOptions options)
+    : path_(std::move(path)), options_(options), save_id_(uuid4()) {
+  TORCH_CHECK(options_.thread_count >= 1, "FileSystemWriter: thread_count must be >= 1");
+}
+
+FileSystemWriter::~FileSystemWriter() = default;
+
+void FileSystemWriter::reset(const std::optional<std::string>& checkpoint_id) {
+  if (checkpoint_id) path_ = *checkpoint_id;
+  save_id_ = uuid4();
+}
+
+void FileSystemWriter::set_up_storage_writer(bool is_coordinator, int rank) {
+  is_coordinator_ = is_coordinator;
+  rank_ = rank;
+}
+
+SavePlan FileSystemWriter::prepare_local_plan(SavePlan plan) {
+  TORCH_CHECK(!path_.empty(), "FileSystemWriter: no checkpoint path (pass a checkpoint_id)");
+  detail::create_directories(path_);
+  const std::string metadata = detail::join_path(path_, detail::paths::metadata_file());
+  TORCH_CHECK(options_.overwrite || !detail::path_exists(metadata), "rank ", rank_,
+              ": checkpoint '", path_, "' already exists and overwrite is false");
+  return plan;
+}
+
+std::vector<SavePlan> FileSystemWriter::prepare_global_plan(std::vector<SavePlan> plans) {
+  // Note [Invalidate before overwrite]
+  if (detail::remove_file(detail::join_path(path_, detail::paths::metadata_file()))) {
+    detail::sync_directory(path_);
+  }
+  for (size_t i = 0; i < plans.size(); ++i) {
+    plans[i].storage_data = detail::paths::rank_prefix(static_cast<int>(i));
+  }
+  return plans;
+}
+
+std::future<std::vector<WriteResult>> FileSystemWriter::write_data(const SavePlan& plan,
+                                                                   SavePlanner& planner) {
+  std::promise<std::vector<WriteResult>> promise;
+  try {
+    const auto buckets =
+        detail::assign_files(plan, options_.single_file_per_rank, options_.thread_count);
+    std::vector<std::vector<WriteResult>> per_bucket(buckets.size());
+    detail::run_parallel(buckets.size(), options_.thread_count, [&](size_t b) {
+      const std::string file_path = detail::join_path(path_, buckets[b].relative_path);
+      detail::File file = detail::File::open(file_path, O_WRONLY | O_CREAT | O_TRUNC);
+      BufferedFileOutput out(file);
+      per_bucket[b] = detail::write_bucket(buckets[b], planner, out, rank_);
+      out.flush();
+      if (options_.sync_files) file.sync();
+      file.close();
+    });
+    std::vector<WriteResult> results;
+    for (auto& r : per_bucket) {
+      for (auto& item : r) results.push_back(std::move(item));
+    }
+    promise.set_value(std::move(results));
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+  return promise.get_future();
+}
+
+void FileSystemWriter::finish(const Metadata& metadata,
+                              const std::vector<std::vector<WriteResult>>& results) {
+  const std::string bytes = detail::encode_metadata(metadata);
+  const std::string tmp = detail::join_path(path_, detail::paths::metadata_temp_file());
+  const std::string final_path = detail::join_path(path_, detail::paths::metadata_file());
+  detail::File file = detail::File::open(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+  file.write_all(bytes.data(), bytes.size());
+  if (options_.sync_files) file.sync();
+  file.close();
+  detail::rename_file(tmp, final_path);
+  if (options_.sync_files) detail::sync_directory(path_);
+}
+
+std::optional<StorageMeta> FileSystemWriter::storage_meta() {
+  StorageMeta meta;
+  meta.checkpoint_id = path_;
+  meta.save_id = save_id_;
+  return meta;
+}
+
+}  // namespace dcp

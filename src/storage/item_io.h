@@ -1,0 +1,63 @@
+// What every file-like backend shares: spreading a rank's write items over files the way Python
+// DCP does, appending each item's torch.save record to an output stream, and executing a load
+// plan against random-access input files. FileSystemWriter/Reader and the in-memory storage
+// differ only in where the bytes go.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dcp/planner.h"
+#include "dcp/storage.h"
+
+namespace dcp::detail {
+
+/// One data file and the items written to it, in order.
+struct FileBucket {
+  std::string relative_path;
+  std::vector<const WriteItem*> items;
+};
+
+/// Python's layout (reference §1.2): with single_file_per_rank, `thread_count` files
+/// "{prefix}{k}.distcp" (byte items dealt round robin, tensor items largest first to the
+/// lightest file; byte items first within a file); otherwise one file per item in plan order.
+/// Every bucket exists, even an empty one.
+std::vector<FileBucket> assign_files(const SavePlan& plan, bool single_file_per_rank,
+                                     int thread_count);
+
+/// An append-only byte stream (one data file being written).
+class OutputStream {
+ public:
+  virtual ~OutputStream() = default;
+  virtual void write(const void* data, size_t n) = 0;
+  virtual uint64_t position() const = 0;
+};
+
+/// Resolves each item through the planner and appends its record. Errors name the item, the
+/// file and the rank.
+std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& planner,
+                                      OutputStream& out, int rank);
+
+/// Runs task(0..n-1) on up to `threads` threads; rethrows the first failure after all ended.
+void run_parallel(size_t n, int threads, const std::function<void(size_t)>& task);
+
+/// A read-only random-access file.
+class InputFile {
+ public:
+  virtual ~InputFile() = default;
+  virtual const std::string& name() const = 0;
+  virtual uint64_t size() const = 0;
+  /// Reads exactly n bytes at `offset`; throws naming the file and range otherwise.
+  virtual void read(uint64_t offset, void* dst, size_t n) const = 0;
+};
+
+using FileOpener = std::function<std::shared_ptr<const InputFile>(const std::string& relative)>;
+
+/// Executes a load plan: for every saved item the plan touches, reads its record once and
+/// hands the pieces to the planner (load_bytes, or resolve_tensor + copy + commit_tensor).
+void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
+                const FileOpener& open, int thread_count, int rank);
+
+}  // namespace dcp::detail

@@ -1,0 +1,19 @@
+// Every on-disk name of a checkpoint, in one place (PyTorch DCP's names, reference §1.1).
+#pragma once
+
+#include <string>
+
+namespace dcp::detail::paths {
+
+/// The committed metadata: ".metadata".
+std::string metadata_file();
+/// Where the coordinator writes the metadata before the rename: ".metadata.tmp".
+std::string metadata_temp_file();
+/// The per-rank file prefix the coordinator assigns: "__{rank}_".
+std::string rank_prefix(int rank);
+/// A data file: "{prefix}{index}.distcp", e.g. "__3_0.distcp".
+std::string data_file(const std::string& prefix, int index);
+/// Whether `name` is a data file name ("__*_*.distcp").
+bool is_data_file(const std::string& name);
+
+}  // namespace dcp::detail::paths

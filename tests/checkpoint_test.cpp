@@ -1,0 +1,138 @@
+// dcp::save / dcp::load on the file system: round trips of every supported value, in-place
+// loading, and the protocol's guarantees.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include "dcp/dcp.h"
+#include "io/file.h"
+#include "testing/test_util.h"
+
+namespace dcp {
+namespace {
+
+TEST(CheckpointTest, RoundTripOfTheReferenceStateDictIsBitwise) {
+  testing::TempDir dir;
+  const StateDict sd = testing::reference_state_dict();
+  const Metadata md = save(sd, dir.sub("ckpt"));
+  StateDict loaded = testing::blank_like(sd);
+  load(loaded, dir.sub("ckpt"));
+  const std::string diff = testing::describe_difference(Value(sd), Value(loaded));
+  EXPECT_TRUE(diff.empty()) << diff;
+  // The returned metadata is the committed one.
+  FileSystemReader reader(dir.sub("ckpt"));
+  EXPECT_TRUE(reader.read_metadata() == md);
+  EXPECT_EQ(md.version, std::optional<std::string>("1.0.0"));
+  EXPECT_EQ(md.planner_data->at("optim.param_groups.0.lr"),
+            (ObjectPath{Key("optim"), Key("param_groups"), Key(int64_t{0}), Key("lr")}));
+  EXPECT_EQ(md.state_dict_metadata.count("empty_dict"), 0u);
+}
+
+TEST(CheckpointTest, LoadFillsTensorsInPlaceAndReplacesOtherValues) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {4, 4}, 3);
+  sd["step"] = 10;
+  save(sd, dir.sub("c"));
+  StateDict dest;
+  at::Tensor target = at::zeros({4, 4});
+  const void* storage = target.data_ptr();
+  dest["w"] = target;
+  dest["step"] = "placeholder";
+  load(dest, dir.sub("c"));
+  EXPECT_EQ(dest["w"].tensor().data_ptr(), storage);
+  EXPECT_TRUE(at::equal(target, sd["w"].tensor()));
+  EXPECT_EQ(dest["step"], Value(10));
+}
+
+TEST(CheckpointTest, NewerDtypesUseTheV3Record) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["u16"] = at::arange(10, at::kInt).to(at::kUInt16);
+  sd["f8"] = testing::make_tensor(at::kFloat, {6}, 1).to(at::kFloat8_e4m3fn);
+  sd["c64"] = at::complex(testing::make_tensor(at::kFloat, {3}, 1),
+                          testing::make_tensor(at::kFloat, {3}, 2));
+  save(sd, dir.sub("c"));
+  StateDict dest = testing::blank_like(sd);
+  load(dest, dir.sub("c"));
+  for (const char* k : {"u16", "f8", "c64"}) {
+    EXPECT_TRUE(at::equal(dest[k].tensor().view(at::kByte), sd[k].tensor().view(at::kByte)))
+        << k;
+  }
+}
+
+TEST(CheckpointTest, OverwriteFalseRefusesAnExistingCheckpoint) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["a"] = 1;
+  save(sd, dir.sub("c"));
+  FileSystemWriterOptions o;
+  o.overwrite = false;
+  FileSystemWriter writer(dir.sub("c"), o);
+  try {
+    save(sd, writer);
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CheckpointTest, DataFilesWithoutMetadataAreReportedAsIncomplete) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["a"] = at::ones({2});
+  save(sd, dir.sub("c"));
+  detail::remove_file(dir.sub("c") + "/.metadata");
+  try {
+    load(sd, dir.sub("c"));
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("incomplete checkpoint"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CheckpointTest, ErrorsNameTheRankAndTheCheckpoint) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["a"] = at::ones({2});
+  save(sd, dir.sub("c"));
+  StateDict dest;
+  dest["b"] = at::ones({2});
+  try {
+    load(dest, dir.sub("c"));
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(dir.sub("c")), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Missing key"), std::string::npos) << msg;
+  }
+}
+
+TEST(CheckpointTest, CorruptRecordBytesAreReportedNotCrashed) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {32}, 1);
+  sd["s"] = "value";
+  save(sd, dir.sub("c"));
+  const std::string path = dir.sub("c") + "/__0_0.distcp";
+  const std::string original = detail::read_file(path);
+  for (size_t i = 0; i < original.size(); i += 37) {
+    std::string corrupt = original;
+    corrupt[i] = static_cast<char>(corrupt[i] ^ 0xff);
+    {
+      detail::File f = detail::File::open(path, O_WRONLY | O_TRUNC);
+      f.write_all(corrupt.data(), corrupt.size());
+    }
+    StateDict dest = testing::blank_like(sd);
+    try {
+      load(dest, dir.sub("c"));
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("__0_0.distcp"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcp

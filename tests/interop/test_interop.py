@@ -1,0 +1,131 @@
+"""Interop against real Python DCP (torch 2.13): checkpoints written by dcp (C++) load in
+torch.distributed.checkpoint, and the other way round, with every value compared bit for bit.
+
+Run by ctest (label 'interop') with the repo's venv Python; DCP_INTEROP_TOOL names the C++
+tool (tests/interop/interop_tool.cpp)."""
+import io
+import os
+import pickle
+import pickletools
+import subprocess
+import tempfile
+import unittest
+import warnings
+import zipfile
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+from values import blank_like, difference, reference_state_dict
+
+TOOL = os.environ.get("DCP_INTEROP_TOOL", "")
+warnings.filterwarnings("ignore")
+
+MD = "torch.distributed.checkpoint.metadata"
+ALLOWED_METADATA_GLOBALS = {
+    (MD, "Metadata"), (MD, "TensorStorageMetadata"), (MD, "TensorProperties"),
+    (MD, "_MEM_FORMAT_ENCODING"), (MD, "ChunkStorageMetadata"), (MD, "BytesStorageMetadata"),
+    (MD, "MetadataIndex"), (MD, "StorageMeta"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"), ("torch", "strided"),
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Allows only the globals of reference section 2.7 (what a restricted loader would)."""
+
+    def find_class(self, module, name):
+        if (module, name) in ALLOWED_METADATA_GLOBALS or (
+                module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+
+
+def run_tool(*args):
+    proc = subprocess.run([TOOL, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"interop_tool {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
+class CppSavesPythonLoads(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(TOOL, "DCP_INTEROP_TOOL is not set")
+
+    def test_python_dcp_load_gets_every_value_back(self):
+        for layout in ([], ["--threads", "3"], ["--file-per-item"]):
+            with self.subTest(layout=layout), tempfile.TemporaryDirectory() as d:
+                run_tool("save", d, *layout)
+                loaded = blank_like(reference_state_dict())
+                dcp.load(loaded, checkpoint_id=d, no_dist=True)
+                self.assertIsNone(difference(reference_state_dict(), loaded))
+
+    def test_metadata_reads_with_filesystemreader_pickletools_and_a_restricted_unpickler(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_tool("save", d)
+            md = FileSystemReader(d).read_metadata()
+            raw = open(os.path.join(d, ".metadata"), "rb").read()
+            pickletools.dis(raw, out=io.StringIO())
+            restricted = RestrictedUnpickler(io.BytesIO(raw)).load()
+            self.assertEqual(restricted.state_dict_metadata.keys(), md.state_dict_metadata.keys())
+            self.assertEqual(md.planner_data["optim.param_groups.0.lr"],
+                             ("optim", "param_groups", 0, "lr"))
+            self.assertEqual(md.version, "1.0.0")
+            self.assertEqual(md.storage_meta.modules, [])
+
+            # Same keys, shapes and dtypes as Python's own save of the same state dict.
+            with tempfile.TemporaryDirectory() as p:
+                dcp.save(reference_state_dict(), checkpoint_id=p, no_dist=True)
+                py = FileSystemReader(p).read_metadata()
+            self.assertEqual(sorted(md.state_dict_metadata), sorted(py.state_dict_metadata))
+            for key, entry in py.state_dict_metadata.items():
+                ours = md.state_dict_metadata[key]
+                self.assertEqual(type(ours), type(entry), key)
+                if hasattr(entry, "size"):
+                    self.assertEqual(ours.size, entry.size, key)
+                    self.assertEqual(ours.properties.dtype, entry.properties.dtype, key)
+                    self.assertEqual(ours.chunks, entry.chunks, key)
+            self.assertEqual(md.planner_data, py.planner_data)
+            self.assertEqual(set(md.storage_data), set(py.storage_data))
+
+    def test_every_tensor_record_loads_with_weights_only(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_tool("save", d)
+            md = FileSystemReader(d).read_metadata()
+            for index, info in md.storage_data.items():
+                with open(os.path.join(d, info.relative_path), "rb") as f:
+                    f.seek(info.offset)
+                    blob = f.read(info.length)
+                names = zipfile.ZipFile(io.BytesIO(blob)).namelist()
+                self.assertIn("archive/data.pkl", names, index.fqn)
+                self.assertIn("archive/byteorder", names, index.fqn)
+                data_pkl = zipfile.ZipFile(io.BytesIO(blob)).read("archive/data.pkl")
+                pickletools.dis(data_pkl, out=io.StringIO())
+                if index.offset is not None:  # a tensor item
+                    t = torch.load(io.BytesIO(blob), weights_only=True)
+                    self.assertIsInstance(t, torch.Tensor, index.fqn)
+                    self.assertEqual(list(t.shape), list(md.state_dict_metadata[index.fqn].size))
+
+
+class PythonSavesCppLoads(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(TOOL, "DCP_INTEROP_TOOL is not set")
+
+    def test_cpp_load_gets_every_value_back(self):
+        layouts = {
+            "default": dict(),
+            "four_threads": dict(thread_count=4),
+            "file_per_item": dict(single_file_per_rank=False),
+            "no_sync": dict(sync_files=False),
+        }
+        for name, kwargs in layouts.items():
+            with self.subTest(layout=name), tempfile.TemporaryDirectory() as d:
+                dcp.save(reference_state_dict(), storage_writer=FileSystemWriter(d, **kwargs),
+                         no_dist=True)
+                out = run_tool("load", d)
+                self.assertIn("every value equal", out)
+
+
+if __name__ == "__main__":
+    unittest.main()

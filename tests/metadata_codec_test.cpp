@@ -1,0 +1,164 @@
+// '.metadata' encoding and decoding: round trips, Python-shaped inputs, corrupt bytes.
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include "format/metadata_codec.h"
+#include "format/pickle.h"
+
+namespace dcp::detail {
+namespace {
+
+Metadata sample() {
+  Metadata md;
+  TensorStorageMetadata w;
+  w.properties.dtype = c10::ScalarType::BFloat16;
+  w.properties.requires_grad = true;
+  w.size = {4, 3};
+  w.chunks = {{{0, 0}, {2, 3}}, {{2, 0}, {2, 3}}};
+  md.state_dict_metadata["w"] = w;
+  TensorStorageMetadata s;
+  s.properties.dtype = c10::ScalarType::Long;
+  s.chunks = {{{}, {}}};
+  md.state_dict_metadata["scalar"] = s;
+  md.state_dict_metadata["step"] = BytesStorageMetadata{};
+  md.planner_data = std::map<std::string, ObjectPath>{
+      {"w", {Key("w")}}, {"step", {Key("optim"), Key(int64_t{0}), Key("step")}}};
+  md.storage_data[MetadataIndex("w", std::vector<int64_t>{0, 0}, 0)] = {"__0_0.distcp", 0, 1200, {}};
+  md.storage_data[MetadataIndex("w", std::vector<int64_t>{2, 0}, 1)] = {"__1_0.distcp", 0, 1200, {}};
+  md.storage_data[MetadataIndex("scalar", std::vector<int64_t>{}, 0)] = {"__0_0.distcp", 1200,
+                                                                         int64_t{5} << 32, {}};
+  md.storage_data[MetadataIndex("step")] = {"__0_0.distcp", (int64_t{5} << 32) + 1200, 800, {}};
+  md.storage_meta = StorageMeta{"/tmp/ckpt", "uuid", std::nullopt, {}};
+  md.version = "1.0.0";
+  return md;
+}
+
+TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
+  const Metadata md = sample();
+  const std::string bytes = encode_metadata(md);
+  const Metadata back = decode_metadata(bytes.data(), bytes.size(), "test");
+  EXPECT_TRUE(back == md);
+  // Byte items have no offset; 0-d tensors have an empty one: different keys.
+  EXPECT_EQ(back.storage_data.count(MetadataIndex("step")), 1u);
+  EXPECT_EQ(back.storage_data.count(MetadataIndex("scalar", std::vector<int64_t>{})), 1u);
+  EXPECT_EQ(back.storage_data.count(MetadataIndex("scalar")), 0u);
+}
+
+TEST(MetadataCodecTest, UsesOnlyTheAllowedGlobals) {
+  const std::string bytes = encode_metadata(sample());
+  auto root = pickle::unpickle(bytes.data(), bytes.size(), "test");
+  std::set<std::string> globals;
+  std::function<void(const pickle::ObjectPtr&)> walk = [&](const pickle::ObjectPtr& o) {
+    if (!o) return;
+    if (o->kind == pickle::Kind::Global) globals.insert(o->str + "." + o->name);
+    for (const auto& i : o->items) walk(i);
+    walk(o->callable);
+    walk(o->args);
+    walk(o->state);
+  };
+  walk(root);
+  const std::set<std::string> allowed = {
+      "torch.distributed.checkpoint.metadata.Metadata",
+      "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+      "torch.distributed.checkpoint.metadata.TensorProperties",
+      "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+      "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+      "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+      "torch.distributed.checkpoint.metadata.MetadataIndex",
+      "torch.distributed.checkpoint.metadata.StorageMeta",
+      "torch.distributed.checkpoint.filesystem._StorageInfo",
+      "torch.Size",
+      "torch.bfloat16",
+      "torch.int64",
+      "torch.strided"};
+  EXPECT_EQ(globals, allowed);
+}
+
+TEST(MetadataCodecTest, EveryTruncationOrByteFlipRaisesACleanError) {
+  const std::string bytes = encode_metadata(sample());
+  for (size_t n = 0; n < bytes.size(); n += 7) {
+    EXPECT_THROW(decode_metadata(bytes.data(), n, "'.metadata'"), c10::Error) << n;
+  }
+  // Flipping bytes must never crash; it either raises or yields some metadata.
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    std::string corrupt = bytes;
+    corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);
+    try {
+      decode_metadata(corrupt.data(), corrupt.size(), "'.metadata'");
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(".metadata"), std::string::npos);
+    }
+  }
+}
+
+TEST(MetadataCodecTest, RejectsForeignGlobalsWhereMetadataIsExpected) {
+  pickle::Writer w;
+  w.global("os", "system");
+  w.str("echo hi");
+  w.tuple(1);
+  w.reduce();
+  const std::string bytes = w.finish();
+  try {
+    decode_metadata(bytes.data(), bytes.size(), "'.metadata'");
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("os.system"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MetadataCodecTest, AcceptsLegacyTensorPropertiesAndMissingOptionalFields) {
+  pickle::Writer w;
+  const char* md_mod = "torch.distributed.checkpoint.metadata";
+  w.global(md_mod, "Metadata");
+  w.empty_tuple();
+  w.newobj();
+  w.empty_dict();
+  w.mark();
+  w.str("state_dict_metadata");
+  w.empty_dict();
+  w.mark();
+  w.str("t");
+  w.global(md_mod, "TensorStorageMetadata");
+  w.empty_tuple();
+  w.newobj();
+  w.empty_dict();
+  w.mark();
+  w.str("properties");
+  w.global("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties");
+  w.empty_tuple();
+  w.newobj();
+  w.mark();
+  w.global("torch", "float");  // an alias
+  w.global("torch", "strided");
+  w.boolean(false);
+  w.global("torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING");
+  w.integer(0);
+  w.tuple(1);
+  w.reduce();
+  w.boolean(false);
+  w.tuple_from_mark();
+  w.build();
+  w.str("size");
+  w.global("torch", "Size");
+  w.integer(2);
+  w.tuple(1);
+  w.tuple(1);
+  w.reduce();
+  w.str("chunks");
+  w.empty_list();
+  w.setitems();
+  w.build();
+  w.setitems();
+  w.setitems();
+  w.build();
+  const std::string bytes = w.finish();
+  Metadata md = decode_metadata(bytes.data(), bytes.size(), "legacy");
+  const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at("t"));
+  EXPECT_EQ(t.properties.dtype, c10::ScalarType::Float);
+  EXPECT_EQ(t.size, std::vector<int64_t>{2});
+  EXPECT_FALSE(md.storage_meta.has_value());
+  EXPECT_FALSE(md.version.has_value());
+}
+
+}  // namespace
+}  // namespace dcp::detail

@@ -1,0 +1,133 @@
+// The restricted pickle reader and the protocol-2 writer: table-driven round trips and
+// malformed input.
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "format/pickle.h"
+
+namespace dcp::detail::pickle {
+namespace {
+
+ObjectPtr parse(const std::string& bytes) { return unpickle(bytes.data(), bytes.size(), "test"); }
+
+TEST(PickleTest, IntegersRoundTripAtEveryEncodingBoundary) {
+  const std::vector<int64_t> values = {0,          1,          255,       256,
+                                       65535,      65536,      -1,        -256,
+                                       INT32_MAX,  INT32_MIN,  int64_t{1} << 31,
+                                       -(int64_t{1} << 31) - 1, int64_t{1} << 40,
+                                       std::numeric_limits<int64_t>::max(),
+                                       std::numeric_limits<int64_t>::min()};
+  for (int64_t v : values) {
+    Writer w;
+    w.integer(v);
+    auto o = parse(w.finish());
+    ASSERT_EQ(o->kind, Kind::Int) << v;
+    EXPECT_EQ(o->i, v);
+  }
+}
+
+TEST(PickleTest, FloatsStringsBytesAndConstantsRoundTrip) {
+  Writer w;
+  w.mark();
+  w.float64(0.1);
+  w.float64(-1e300);
+  w.str("");
+  w.str("h\xc3\xa9llo");
+  w.bytes(std::string("\x00\xff\x80z", 4));
+  w.none();
+  w.boolean(true);
+  w.boolean(false);
+  w.str("h\xc3\xa9llo");  // memoized: fetched with BINGET
+  w.tuple_from_mark();
+  auto o = parse(w.finish());
+  ASSERT_EQ(o->kind, Kind::Tuple);
+  ASSERT_EQ(o->items.size(), 9u);
+  EXPECT_EQ(o->items[0]->f, 0.1);
+  EXPECT_EQ(o->items[1]->f, -1e300);
+  EXPECT_EQ(o->items[2]->str, "");
+  EXPECT_EQ(o->items[3]->str, "h\xc3\xa9llo");
+  EXPECT_TRUE(o->items[4]->calls("_codecs", "encode"));
+  EXPECT_EQ(o->items[5]->kind, Kind::None);
+  EXPECT_TRUE(o->items[6]->b);
+  EXPECT_FALSE(o->items[7]->b);
+  EXPECT_EQ(o->items[8].get(), o->items[3].get());  // same memo object
+}
+
+TEST(PickleTest, ContainersAndInertCalls) {
+  Writer w;
+  w.global("torch", "Size");
+  w.integer(4);
+  w.integer(3);
+  w.tuple(2);
+  w.tuple(1);
+  w.reduce();
+  auto o = parse(w.finish());
+  ASSERT_TRUE(o->calls("torch", "Size"));
+  EXPECT_EQ(o->args->items[0]->items[1]->i, 3);
+
+  Writer d;
+  d.empty_dict();
+  d.mark();
+  d.str("a");
+  d.empty_list();
+  d.mark();
+  d.integer(1);
+  d.integer(2);
+  d.appends();
+  d.setitems();
+  auto dict = parse(d.finish());
+  ASSERT_EQ(dict->kind, Kind::Dict);
+  ASSERT_EQ(dict->items.size(), 2u);
+  EXPECT_EQ(dict->items[1]->items.size(), 2u);
+}
+
+TEST(PickleTest, ReadsProtocol4FramesStackGlobalAndMemoize) {
+  // pickle.dumps(collections.OrderedDict(a=1), protocol=4) as CPython 3.11 writes it.
+  const std::string bytes("\x80\x04\x95\x29\x00\x00\x00\x00\x00\x00\x00\x8c\x0b\x63\x6f\x6c\x6c\x65\x63\x74\x69\x6f\x6e\x73\x94\x8c\x0b\x4f\x72\x64\x65\x72\x65\x64\x44\x69\x63\x74\x94\x93\x94\x29\x52\x94\x8c\x01\x61\x94\x4b\x01\x73\x2e", 52);
+  auto o = parse(bytes);
+  ASSERT_TRUE(o->calls("collections", "OrderedDict"));
+  ASSERT_EQ(o->items.size(), 2u);
+  EXPECT_EQ(o->items[0]->str, "a");
+  EXPECT_EQ(o->items[1]->i, 1);
+}
+
+struct Malformed {
+  const char* name;
+  std::string bytes;
+  const char* expected;
+};
+
+TEST(PickleTest, MalformedInputRaisesNamingSourceAndOffset) {
+  const std::vector<Malformed> cases = {
+      {"empty", "", "empty"},
+      {"truncated int", std::string("\x80\x02J\x01\x02", 5), "truncated"},
+      {"no stop", std::string("\x80\x02K\x01", 4), "truncated"},
+      {"unknown opcode", std::string("\x80\x02\xff.", 4), "unknown opcode"},
+      {"INST is not allowed", std::string("\x80\x02iox\nsystem\n.", 15), "opcode"},
+      {"stack underflow", std::string("\x80\x02s.", 4), "stack underflow"},
+      {"bad memo", std::string("\x80\x02h\x05.", 5), "memo key 5"},
+      {"two values at stop", std::string("\x80\x02NN.", 5), "STOP with 2"},
+      {"reduce of a non-global", std::string("\x80\x02K\x01)R.", 6), "only named globals"},
+      {"huge string length", std::string("\x80\x02X\xff\xff\xff\x7f", 7), "truncated"},
+      {"pop below mark", std::string("\x80\x02N(0.", 6), "stack underflow"},
+      {"setitems without mark", std::string("\x80\x02}u.", 5), "no MARK"},
+      {"long too wide", std::string("\x80\x02\x8a\x09") + std::string(9, '\x01') + ".",
+       "does not fit"},
+  };
+  for (const auto& c : cases) {
+    try {
+      parse(c.bytes);
+      ADD_FAILURE() << c.name << ": no error";
+    } catch (const c10::Error& e) {
+      const std::string msg = e.what_without_backtrace();
+      EXPECT_NE(msg.find("test"), std::string::npos) << c.name << ": " << msg;
+      EXPECT_NE(msg.find(c.expected), std::string::npos) << c.name << ": " << msg;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcp::detail::pickle

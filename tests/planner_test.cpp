@@ -1,0 +1,174 @@
+// Default planners: de-duplication, the global plan and its validation, resharding reads, and
+// the load planner's errors.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include "dcp/planner.h"
+#include "planner/planner_helpers.h"
+
+namespace dcp {
+namespace {
+
+WriteItem tensor_item(const std::string& fqn, std::vector<int64_t> offsets,
+                      std::vector<int64_t> sizes, std::vector<int64_t> global) {
+  WriteItem item;
+  item.type = WriteItemType::SHARD;
+  item.index = MetadataIndex(fqn, offsets);
+  item.tensor_data = TensorWriteData{{offsets, sizes}, TensorProperties{}, global};
+  return item;
+}
+
+WriteItem bytes_item(const std::string& fqn) {
+  WriteItem item;
+  item.index = MetadataIndex(fqn);
+  return item;
+}
+
+TEST(DedupTest, ReplicatedItemsAreSpreadToBalanceBytes) {
+  std::vector<SavePlan> plans(3);
+  for (auto& p : plans) {
+    p.items.push_back(tensor_item("big", {0}, {100}, {100}));   // 400 bytes
+    p.items.push_back(tensor_item("mid", {0}, {50}, {50}));     // 200 bytes
+    p.items.push_back(tensor_item("small", {0}, {10}, {10}));   // 40 bytes
+    p.items.push_back(bytes_item("step"));
+  }
+  auto out = detail::dedup_save_plans(plans, false);
+  ASSERT_EQ(out.size(), 3u);
+  // big -> rank 0 (all empty, lowest); mid -> rank 1; small -> rank 2; step -> rank 2 (40 < 200).
+  ASSERT_EQ(out[0].items.size(), 1u);
+  EXPECT_EQ(out[0].items[0].index.fqn, "big");
+  ASSERT_EQ(out[1].items.size(), 1u);
+  EXPECT_EQ(out[1].items[0].index.fqn, "mid");
+  ASSERT_EQ(out[2].items.size(), 2u);
+  EXPECT_EQ(out[2].items[0].index.fqn, "small");
+  EXPECT_EQ(out[2].items[1].index.fqn, "step");
+
+  auto lowest = detail::dedup_save_plans(plans, true);
+  EXPECT_EQ(lowest[0].items.size(), 4u);
+  EXPECT_TRUE(lowest[1].items.empty());
+  EXPECT_TRUE(lowest[2].items.empty());
+}
+
+TEST(GlobalPlanTest, ChunksInRankOrderWithIndexHints) {
+  std::vector<SavePlan> plans(2);
+  plans[0].items.push_back(tensor_item("w", {0, 0}, {2, 3}, {4, 3}));
+  plans[1].items.push_back(tensor_item("w", {2, 0}, {2, 3}, {4, 3}));
+  plans[1].items.push_back(bytes_item("step"));
+  auto [final_plans, md] = detail::create_default_global_save_plan(plans);
+  const auto& w = std::get<TensorStorageMetadata>(md.state_dict_metadata.at("w"));
+  ASSERT_EQ(w.chunks.size(), 2u);
+  EXPECT_EQ(w.chunks[1].offsets, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(final_plans[1].items[0].index.index, 1);
+  EXPECT_TRUE(std::holds_alternative<BytesStorageMetadata>(md.state_dict_metadata.at("step")));
+}
+
+TEST(GlobalPlanTest, OverlappingOutOfBoundsAndUncoveredChunksAreRejected) {
+  auto expect_invalid = [](std::vector<SavePlan> plans, const char* what) {
+    try {
+      detail::create_default_global_save_plan(std::move(plans));
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const c10::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  std::vector<SavePlan> overlap(2);
+  overlap[0].items.push_back(tensor_item("w", {0}, {3}, {4}));
+  overlap[1].items.push_back(tensor_item("w", {2}, {2}, {4}));
+  expect_invalid(overlap, "overlap");
+  std::vector<SavePlan> outside(2);
+  outside[0].items.push_back(tensor_item("w", {0}, {2}, {4}));
+  outside[1].items.push_back(tensor_item("w", {2}, {3}, {4}));
+  expect_invalid(outside, "leaves the tensor");
+  std::vector<SavePlan> gap(2);
+  gap[0].items.push_back(tensor_item("w", {0}, {1}, {4}));
+  gap[1].items.push_back(tensor_item("w", {2}, {2}, {4}));
+  expect_invalid(gap, "cover 3 of 4");
+}
+
+TEST(ReshardingTest, ReadsAreTheOverlapBoxes) {
+  TensorStorageMetadata saved;
+  saved.size = {10, 4};
+  saved.chunks = {{{0, 0}, {3, 4}}, {{3, 0}, {3, 4}}, {{6, 0}, {3, 4}}, {{9, 0}, {1, 4}}};
+  // Destination rows [4, 8) (a 3-rank split's middle piece of 10 rows is [4, 8)).
+  auto reads = detail::create_read_items_for_chunk_list("w", saved, {{{4, 0}, {4, 4}}});
+  ASSERT_EQ(reads.size(), 2u);
+  EXPECT_EQ(reads[0].storage_index.offset, (std::vector<int64_t>{3, 0}));
+  EXPECT_EQ(reads[0].storage_offsets, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(reads[0].dest_offsets, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(reads[0].lengths, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(reads[1].storage_offsets, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(reads[1].dest_offsets, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(reads[1].lengths, (std::vector<int64_t>{2, 4}));
+  // Empty destination chunks read nothing; 0-d tensors always read once.
+  EXPECT_TRUE(detail::create_read_items_for_chunk_list("w", saved, {{{10, 0}, {0, 4}}}).empty());
+  TensorStorageMetadata scalar;
+  scalar.chunks = {{{}, {}}};
+  EXPECT_EQ(detail::create_read_items_for_chunk_list("s", scalar, {{{}, {}}}).size(), 1u);
+}
+
+TEST(NearestKeyTest, FindsRenamesAndTypos) {
+  const std::vector<std::string> keys = {"module.encoder.weight", "decoder.bias", "step"};
+  EXPECT_EQ(detail::nearest_key("encoder.weight", keys), "module.encoder.weight");
+  EXPECT_EQ(detail::nearest_key("decoder.bais", keys), "decoder.bias");
+  EXPECT_EQ(detail::nearest_key("completely_unrelated_name", keys), "");
+}
+
+Metadata one_tensor_metadata(std::vector<int64_t> shape, c10::ScalarType dtype) {
+  Metadata md;
+  TensorStorageMetadata t;
+  t.properties.dtype = dtype;
+  t.size = shape;
+  t.chunks = {{std::vector<int64_t>(shape.size(), 0), shape}};
+  md.state_dict_metadata["model.weight"] = t;
+  return md;
+}
+
+TEST(DefaultLoadPlannerTest, MissingKeyNamesTheNearestSavedKey) {
+  Metadata md = one_tensor_metadata({2, 2}, c10::ScalarType::Float);
+  StateDict sd;
+  sd["model"] = Dict{{std::string("weigth"), Value(at::zeros({2, 2}))}};
+  DefaultLoadPlanner planner;
+  planner.set_up_planner(sd, md, true);
+  try {
+    planner.create_local_plan();
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'model.weigth'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("did you mean 'model.weight'"), std::string::npos) << msg;
+  }
+  DefaultLoadPlannerOptions partial;
+  partial.allow_partial_load = true;
+  DefaultLoadPlanner lenient(partial);
+  lenient.set_up_planner(sd, md, true);
+  EXPECT_TRUE(lenient.create_local_plan().items.empty());
+}
+
+TEST(DefaultLoadPlannerTest, ShapeAndDtypeMismatchesAreErrors) {
+  Metadata md = one_tensor_metadata({2, 2}, c10::ScalarType::BFloat16);
+  StateDict wrong_shape;
+  wrong_shape["model"] = Dict{{std::string("weight"), Value(at::zeros({2, 3}, at::kBFloat16))}};
+  DefaultLoadPlanner p1;
+  p1.set_up_planner(wrong_shape, md, true);
+  EXPECT_THROW(p1.create_local_plan(), c10::ValueError);
+
+  StateDict wrong_dtype;
+  wrong_dtype["model"] = Dict{{std::string("weight"), Value(at::zeros({2, 2}))}};
+  DefaultLoadPlanner p2;
+  p2.set_up_planner(wrong_dtype, md, true);
+  try {
+    p2.create_local_plan();
+    FAIL() << "no error";
+  } catch (const c10::TypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("bfloat16"), std::string::npos) << e.what();
+  }
+  DefaultLoadPlannerOptions cast;
+  cast.allow_dtype_cast = true;
+  DefaultLoadPlanner p3(cast);
+  p3.set_up_planner(wrong_dtype, md, true);
+  EXPECT_EQ(p3.create_local_plan().items.size(), 1u);
+}
+
+}  // namespace
+}  // namespace dcp

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: installs what is missing (Debian packages, the repo's
+# Python venv with PyTorch 2.13.0), configures and builds, then runs the demo or the tests.
+#
+#   tools/run.sh demo    build, then run the example (save, then load into a fresh model)
+#   tools/run.sh test    build, then run the whole test suite (unit, interop against Python DCP)
+#   tools/run.sh build   set up and build only
+#
+# Idempotent: each step is skipped when already done. BUILD_DIR overrides the build folder.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+VENV="$ROOT/.venv"
+TORCH_VERSION="2.13.0"
+JOBS="${JOBS:-$(nproc)}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+log() { printf '\n== %s\n' "$*"; }
+
+install_packages() {
+  local packages=(cmake ninja-build g++ python3-venv libopenmpi-dev openmpi-bin libgtest-dev
+                  libgmock-dev)
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    local sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+install_venv() {
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV"
+  fi
+  if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    log "installing torch==$TORCH_VERSION into $VENV"
+    "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy
+  fi
+}
+
+build() {
+  install_packages
+  install_venv
+  local prefix
+  prefix="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    log "configuring $BUILD_DIR"
+    cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$VENV/bin/python"
+  fi
+  log "building"
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+case "${1:-}" in
+  build)
+    build
+    ;;
+  demo)
+    build
+    log "demo: examples/save_load"
+    rm -rf "$BUILD_DIR/demo_ckpt"
+    "$BUILD_DIR/examples/save_load" "$BUILD_DIR/demo_ckpt"
+    ;;
+  test)
+    build
+    log "tests"
+    cd "$BUILD_DIR"
+    ctest --output-on-failure -j "$JOBS" --timeout 900
+    ;;
+  *)
+    echo "usage: $0 demo|test|build" >&2
+    exit 2
+    ;;
+esac
