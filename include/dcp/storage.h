@@ -29,6 +29,7 @@ struct WriteResult {
 ///   coordinator: prepare_global_plan(plans)           (assigns each rank's file prefix)
 ///   all ranks:   write_data(plan, planner)            -> future of results
 ///   coordinator: finish(metadata, all_results)        (commits the checkpoint)
+/// The metadata given to finish is complete: storage_data already holds every rank's results.
 /// Not thread-safe: each rank drives it from one thread.
 class StorageWriter {
  public:

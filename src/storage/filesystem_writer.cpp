@@ -117,29 +117,18 @@ std::vector<SavePlan> FileSystemWriter::prepare_global_plan(std::vector<SavePlan
 
 std::future<std::vector<WriteResult>> FileSystemWriter::write_data(const SavePlan& plan,
                                                                    SavePlanner& planner) {
-  std::promise<std::vector<WriteResult>> promise;
-  try {
-    const auto buckets =
-        detail::assign_files(plan, options_.single_file_per_rank, options_.thread_count);
-    std::vector<std::vector<WriteResult>> per_bucket(buckets.size());
-    detail::run_parallel(buckets.size(), options_.thread_count, [&](size_t b) {
-      const std::string file_path = detail::join_path(path_, buckets[b].relative_path);
-      detail::File file = detail::File::open(file_path, O_WRONLY | O_CREAT | O_TRUNC);
-      BufferedFileOutput out(file);
-      per_bucket[b] = detail::write_bucket(buckets[b], planner, out, rank_);
-      out.flush();
-      if (options_.sync_files) file.sync();
-      file.close();
-    });
-    std::vector<WriteResult> results;
-    for (auto& r : per_bucket) {
-      for (auto& item : r) results.push_back(std::move(item));
-    }
-    promise.set_value(std::move(results));
-  } catch (...) {
-    promise.set_exception(std::current_exception());
-  }
-  return promise.get_future();
+  return detail::write_files(
+      plan, options_.single_file_per_rank, options_.thread_count,
+      [&](const detail::FileBucket& bucket) {
+        const std::string file_path = detail::join_path(path_, bucket.relative_path);
+        detail::File file = detail::File::open(file_path, O_WRONLY | O_CREAT | O_TRUNC);
+        BufferedFileOutput out(file);
+        auto results = detail::write_bucket(bucket, planner, out, rank_);
+        out.flush();
+        if (options_.sync_files) file.sync();
+        file.close();
+        return results;
+      });
 }
 
 void FileSystemWriter::finish(const Metadata& metadata,

@@ -122,6 +122,26 @@ void run_parallel(size_t n, int threads, const std::function<void(size_t)>& task
   if (first_error) std::rethrow_exception(first_error);
 }
 
+std::future<std::vector<WriteResult>> write_files(
+    const SavePlan& plan, bool single_file_per_rank, int thread_count,
+    const std::function<std::vector<WriteResult>(const FileBucket&)>& write_file) {
+  std::promise<std::vector<WriteResult>> promise;
+  try {
+    const auto buckets = assign_files(plan, single_file_per_rank, thread_count);
+    std::vector<std::vector<WriteResult>> per_bucket(buckets.size());
+    run_parallel(buckets.size(), thread_count,
+                 [&](size_t b) { per_bucket[b] = write_file(buckets[b]); });
+    std::vector<WriteResult> results;
+    for (auto& r : per_bucket) {
+      for (auto& item : r) results.push_back(std::move(item));
+    }
+    promise.set_value(std::move(results));
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+  return promise.get_future();
+}
+
 namespace {
 
 // One saved item inside a data file.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,12 @@ std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& pla
 
 /// Runs task(0..n-1) on up to `threads` threads; rethrows the first failure after all ended.
 void run_parallel(size_t n, int threads, const std::function<void(size_t)>& task);
+
+/// Writes each bucket of `plan` with `write_file` (one call per file, on up to `thread_count`
+/// threads) and returns all results, in bucket order, as a ready future (or its failure).
+std::future<std::vector<WriteResult>> write_files(
+    const SavePlan& plan, bool single_file_per_rank, int thread_count,
+    const std::function<std::vector<WriteResult>(const FileBucket&)>& write_file);
 
 /// A read-only random-access file.
 class InputFile {

@@ -95,25 +95,14 @@ std::vector<SavePlan> MemoryWriter::prepare_global_plan(std::vector<SavePlan> pl
 
 std::future<std::vector<WriteResult>> MemoryWriter::write_data(const SavePlan& plan,
                                                                SavePlanner& planner) {
-  std::promise<std::vector<WriteResult>> promise;
-  try {
-    const auto buckets =
-        detail::assign_files(plan, options_.single_file_per_rank, options_.thread_count);
-    std::vector<std::vector<WriteResult>> per_bucket(buckets.size());
-    detail::run_parallel(buckets.size(), options_.thread_count, [&](size_t b) {
-      StringOutput out;
-      per_bucket[b] = detail::write_bucket(buckets[b], planner, out, rank_);
-      storage_.put(checkpoint_id_, buckets[b].relative_path, std::move(out.bytes));
-    });
-    std::vector<WriteResult> results;
-    for (auto& r : per_bucket) {
-      for (auto& item : r) results.push_back(std::move(item));
-    }
-    promise.set_value(std::move(results));
-  } catch (...) {
-    promise.set_exception(std::current_exception());
-  }
-  return promise.get_future();
+  return detail::write_files(plan, options_.single_file_per_rank, options_.thread_count,
+                             [&](const detail::FileBucket& bucket) {
+                               StringOutput out;
+                               auto results = detail::write_bucket(bucket, planner, out, rank_);
+                               storage_.put(checkpoint_id_, bucket.relative_path,
+                                            std::move(out.bytes));
+                               return results;
+                             });
 }
 
 void MemoryWriter::finish(const Metadata& metadata,
