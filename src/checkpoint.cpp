@@ -1,35 +1,34 @@
-// dcp::save and dcp::load: the protocol (Python's state_dict_saver / state_dict_loader).
+// dcp::save and dcp::load: the protocol (Python's state_dict_saver / state_dict_loader), run
+// through DistWrapper so that a failure on any rank raises the same error on every rank.
 //
-// save, on every rank (coordinator steps marked C):
-//   1. planner.set_up_planner; writer.set_up_storage_writer; local plan =
-//      writer.prepare_local_plan(planner.create_local_plan())
-//   2. gather local plans to C; C: planner.create_global_plan, writer.prepare_global_plan;
-//      scatter the final plans
-//   3. planner.finish_plan; writer.write_data -> write results
-//   4. gather results to C; C: complete Metadata (storage_data, storage_meta, version) and
-//      writer.finish (the commit); broadcast the outcome
+// save, on every rank (coordinator C):
+//   0. (world > 1) shared-storage check: C creates a probe through the writer; every rank must
+//      see it; C removes it. Fails before any data is written.
+//   1. "plan" (reduce_scatter): planner.set_up_planner, writer.set_up_storage_writer, local
+//      plan = writer.prepare_local_plan(planner.create_local_plan()); C:
+//      planner.create_global_plan + writer.prepare_global_plan; each rank gets its final plan.
+//   2. "write" (all_reduce): planner.finish_plan, writer.write_data; C: complete the Metadata
+//      (storage_data from every rank's results, storage_meta, version) and writer.finish (the
+//      commit); every rank gets the committed Metadata.
 // load, on every rank:
-//   1. reader.read_metadata; planner.set_up_planner; reader.set_up_storage_reader;
-//      local plan = reader.prepare_local_plan(planner.create_local_plan())
-//   2. gather to C; C: planner.create_global_plan, reader.prepare_global_plan; scatter
-//   3. planner.finish_plan; reader.read_data
-//
-// This build runs the protocol over one rank (SingleProcessCommunicator); the collectives in
-// steps 2 and 4 are then identities.
+//   1. "read metadata" (broadcast): C reads '.metadata'; every rank gets it.
+//   2. "plan" (reduce_scatter): planner.set_up_planner, reader.set_up_storage_reader, local
+//      plan; C: planner.create_global_plan + reader.prepare_global_plan.
+//   3. "read" (all_gather): planner.finish_plan, reader.read_data.
 #include "dcp/checkpoint.h"
 
 #include <c10/util/Exception.h>
 
 #include "dcp/filesystem.h"
+#include "dist_wrapper.h"
+#include "format/metadata_codec.h"
+#include "planner/plan_codec.h"
 
 namespace dcp {
 namespace {
 
 Communicator& communicator(Communicator* comm, bool no_dist, SingleProcessCommunicator& local) {
-  Communicator& c = (comm != nullptr && !no_dist) ? *comm : local;
-  TORCH_CHECK_NOT_IMPLEMENTED(c.size() == 1, "dcp::save/load over ", c.size(),
-                              " ranks is not supported by this build yet");
-  return c;
+  return (comm != nullptr && !no_dist) ? *comm : local;
 }
 
 // Adds "rank r: <what>" to an error without changing its type.
@@ -43,6 +42,25 @@ auto with_context(int rank, const std::string& what, F&& f) -> decltype(f()) {
   }
 }
 
+void check_shared_storage(detail::DistWrapper& dist, StorageWriter& writer, int coordinator) {
+  const std::string probe =
+      dist.broadcast("shared storage check", [&] { return writer.create_visibility_probe(); });
+  if (probe.empty()) return;  // the backend has nothing to check
+  const std::vector<std::string> seen = dist.all_gather(
+      "shared storage check", [&] { return std::string(writer.sees_visibility_probe(probe) ? "1" : "0"); });
+  if (dist.is_coordinator()) writer.remove_visibility_probe(probe);
+  std::string blind;
+  for (size_t r = 0; r < seen.size(); ++r) {
+    if (seen[r] != "1") blind += (blind.empty() ? "" : ", ") + std::to_string(r);
+  }
+  TORCH_CHECK(blind.empty(), "the checkpoint storage is not shared by all ranks: rank(s) ", blind,
+              " cannot see the probe '", probe, "' that rank ", coordinator,
+              " (the coordinator) wrote. Every rank must write to one shared file system (NFS, "
+              "Lustre, ...): a checkpoint spread over node-local disks cannot be loaded by any "
+              "other job. Set FileSystemWriterOptions::check_shared_directory = false to skip "
+              "this check.");
+}
+
 }  // namespace
 
 Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& options,
@@ -50,35 +68,57 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
   SingleProcessCommunicator local;
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
-  const bool is_coordinator = rank == options.coordinator_rank;
+  const std::string what = "saving checkpoint '" + checkpoint_id.value_or("") + "'";
+  detail::DistWrapper dist(comm, options.coordinator_rank, what);
+  const bool is_coordinator = dist.is_coordinator();
   std::shared_ptr<SavePlanner> planner =
       options.planner ? options.planner : std::make_shared<DefaultSavePlanner>();
-  const std::string what = "saving checkpoint '" + checkpoint_id.value_or("") + "'";
 
   return with_context(rank, what, [&] {
     if (checkpoint_id) writer.reset(checkpoint_id);
     const std::optional<StorageMeta> storage_meta = writer.storage_meta();
-    planner->set_up_planner(state, storage_meta, is_coordinator);
-    writer.set_up_storage_writer(is_coordinator, rank);
-    SavePlan local_plan = writer.prepare_local_plan(planner->create_local_plan());
+    if (dist.size() > 1) check_shared_storage(dist, writer, options.coordinator_rank);
 
-    std::vector<SavePlan> all_plans{std::move(local_plan)};
-    auto [final_plans, metadata] = planner->create_global_plan(std::move(all_plans));
-    final_plans = writer.prepare_global_plan(std::move(final_plans));
-    SavePlan central_plan = planner->finish_plan(std::move(final_plans.at(rank)));
+    Metadata metadata;  // the coordinator's, from the global plan
+    const std::string central = dist.reduce_scatter(
+        "plan",
+        [&] {
+          planner->set_up_planner(state, storage_meta, is_coordinator);
+          writer.set_up_storage_writer(is_coordinator, rank);
+          return detail::encode_save_plan(writer.prepare_local_plan(planner->create_local_plan()));
+        },
+        [&](std::vector<std::string> encoded) {
+          std::vector<SavePlan> plans;
+          for (const auto& e : encoded) plans.push_back(detail::decode_save_plan(e));
+          auto [final_plans, md] = planner->create_global_plan(std::move(plans));
+          final_plans = writer.prepare_global_plan(std::move(final_plans));
+          metadata = std::move(md);
+          std::vector<std::string> out;
+          for (const auto& p : final_plans) out.push_back(detail::encode_save_plan(p));
+          return out;
+        });
+    const SavePlan central_plan = planner->finish_plan(detail::decode_save_plan(central));
 
-    std::vector<WriteResult> results = writer.write_data(central_plan, *planner).get();
-
-    std::vector<std::vector<WriteResult>> all_results{std::move(results)};
-    for (const auto& rank_results : all_results) {
-      for (const auto& r : rank_results) {
-        metadata.storage_data.insert_or_assign(r.index, r.storage_data);
-      }
-    }
-    metadata.storage_meta = storage_meta;
-    metadata.version = kDcpVersion;
-    writer.finish(metadata, all_results);
-    return metadata;
+    const std::string committed = dist.all_reduce(
+        "write",
+        [&] {
+          return detail::encode_write_results(writer.write_data(central_plan, *planner).get());
+        },
+        [&](std::vector<std::string> encoded) {
+          std::vector<std::vector<WriteResult>> all_results;
+          for (const auto& e : encoded) all_results.push_back(detail::decode_write_results(e));
+          for (const auto& rank_results : all_results) {
+            for (const auto& r : rank_results) {
+              metadata.storage_data.insert_or_assign(r.index, r.storage_data);
+            }
+          }
+          metadata.storage_meta = storage_meta;
+          metadata.version = kDcpVersion;
+          writer.finish(metadata, all_results);
+          return dist.size() == 1 ? std::string() : detail::encode_metadata(metadata);
+        });
+    if (is_coordinator) return metadata;
+    return detail::decode_metadata(committed.data(), committed.size(), "the committed metadata");
   });
 }
 
@@ -93,23 +133,44 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
   SingleProcessCommunicator local;
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
-  const bool is_coordinator = rank == options.coordinator_rank;
+  const std::string what = "loading checkpoint '" + checkpoint_id.value_or("") + "'";
+  detail::DistWrapper dist(comm, options.coordinator_rank, what);
+  const bool is_coordinator = dist.is_coordinator();
   std::shared_ptr<LoadPlanner> planner =
       options.planner ? options.planner
                       : std::make_shared<DefaultLoadPlanner>(options.planner_options);
-  const std::string what = "loading checkpoint '" + checkpoint_id.value_or("") + "'";
 
   with_context(rank, what, [&] {
     if (checkpoint_id) reader.reset(checkpoint_id);
-    const Metadata metadata = reader.read_metadata();
-    planner->set_up_planner(state, metadata, is_coordinator);
-    reader.set_up_storage_reader(metadata, is_coordinator, rank);
-    LoadPlan local_plan = reader.prepare_local_plan(planner->create_local_plan());
+    Metadata metadata;
+    if (dist.size() == 1) {
+      metadata = reader.read_metadata();
+    } else {
+      const std::string bytes = dist.broadcast(
+          "read metadata", [&] { return detail::encode_metadata(reader.read_metadata()); });
+      metadata = detail::decode_metadata(bytes.data(), bytes.size(), "the broadcast metadata");
+    }
 
-    std::vector<LoadPlan> all_plans{std::move(local_plan)};
-    all_plans = reader.prepare_global_plan(planner->create_global_plan(std::move(all_plans)));
-    LoadPlan central_plan = planner->finish_plan(std::move(all_plans.at(rank)));
-    reader.read_data(central_plan, *planner).get();
+    const std::string central = dist.reduce_scatter(
+        "plan",
+        [&] {
+          planner->set_up_planner(state, metadata, is_coordinator);
+          reader.set_up_storage_reader(metadata, is_coordinator, rank);
+          return detail::encode_load_plan(reader.prepare_local_plan(planner->create_local_plan()));
+        },
+        [&](std::vector<std::string> encoded) {
+          std::vector<LoadPlan> plans;
+          for (const auto& e : encoded) plans.push_back(detail::decode_load_plan(e));
+          plans = reader.prepare_global_plan(planner->create_global_plan(std::move(plans)));
+          std::vector<std::string> out;
+          for (const auto& p : plans) out.push_back(detail::encode_load_plan(p));
+          return out;
+        });
+    const LoadPlan central_plan = planner->finish_plan(detail::decode_load_plan(central));
+    dist.all_gather("read", [&] {
+      reader.read_data(central_plan, *planner).get();
+      return std::string();
+    });
   });
 }
 

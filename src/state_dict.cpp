@@ -140,6 +140,9 @@ std::ostream& operator<<(std::ostream& os, const Value& v) {
         else if constexpr (std::is_same_v<T, at::Tensor>) {
           if (x.defined()) os << "Tensor(" << x.scalar_type() << ", " << x.sizes() << ")";
           else os << "Tensor(undefined)";
+        } else if constexpr (std::is_same_v<T, ShardedTensor>) {
+          os << "ShardedTensor(" << x.dtype() << ", " << c10::IntArrayRef(x.global_shape())
+             << ", " << x.local_shards().size() << " local shards)";
         } else if constexpr (std::is_same_v<T, List>) {
           os << "[";
           print_items(os, x);
@@ -173,7 +176,7 @@ namespace {
 
 bool is_terminal_list(const List& list) {
   for (const Value& v : list) {
-    if (v.is_tensor() || v.is_dict()) return false;
+    if (v.is_tensor() || v.is_sharded_tensor() || v.is_dict()) return false;
     if (v.is_list() && !is_terminal_list(v.list())) return false;
   }
   return true;

@@ -4,8 +4,14 @@
 #include "dcp/checkpoint.h"
 #include "dcp/communicator.h"
 #include "dcp/filesystem.h"
+#include "dcp/in_process_communicator.h"
 #include "dcp/memory_storage.h"
 #include "dcp/metadata.h"
 #include "dcp/planner.h"
+#include "dcp/sharded_tensor.h"
 #include "dcp/state_dict.h"
 #include "dcp/storage.h"
+
+#ifdef DCP_WITH_MPI
+#include "dcp/mpi_communicator.h"
+#endif

@@ -28,6 +28,10 @@ struct FileSystemWriterOptions {
   /// removed before any data file is rewritten, so a failed re-save leaves no checkpoint rather
   /// than a corrupt one.
   bool overwrite = true;
+  /// With more than one rank, verify before writing that every rank sees the same directory
+  /// (the coordinator writes a probe file that all ranks must read back). Turn off only for
+  /// storage that is shared but slow to show new files, and then make sure it is shared.
+  bool check_shared_directory = true;
 };
 
 /// Writes a checkpoint directory. `path` may be empty when dcp::save is given a checkpoint_id
@@ -49,6 +53,9 @@ class FileSystemWriter : public StorageWriter {
   void finish(const Metadata& metadata,
               const std::vector<std::vector<WriteResult>>& results) override;
   std::optional<StorageMeta> storage_meta() override;
+  std::string create_visibility_probe() override;
+  bool sees_visibility_probe(const std::string& probe) override;
+  void remove_visibility_probe(const std::string& probe) override;
 
  private:
   std::string path_;

@@ -17,6 +17,8 @@
 #include <variant>
 #include <vector>
 
+#include "dcp/sharded_tensor.h"
+
 namespace dcp {
 
 class Value;
@@ -85,11 +87,12 @@ class Dict {
 /// What dcp::save takes and dcp::load fills: a nested, ordered dict.
 using StateDict = Dict;
 
-/// One value of a state dict: a tensor, a container, or a plain Python value.
+/// One value of a state dict: a tensor (whole, or this rank's shards of a global tensor), a
+/// container, or a plain Python value.
 class Value {
  public:
-  using Variant = std::variant<None, bool, int64_t, double, std::string, Bytes, at::Tensor, List,
-                               Tuple, Dict>;
+  using Variant = std::variant<None, bool, int64_t, double, std::string, Bytes, at::Tensor,
+                               ShardedTensor, List, Tuple, Dict>;
 
   Value() = default;
   Value(None v) : v_(v) {}
@@ -103,6 +106,7 @@ class Value {
   Value(std::string v) : v_(std::move(v)) {}
   Value(Bytes v) : v_(std::move(v)) {}
   Value(at::Tensor v) : v_(std::move(v)) {}
+  Value(ShardedTensor v) : v_(std::move(v)) {}
   Value(List v) : v_(std::move(v)) {}
   Value(Tuple v) : v_(std::move(v)) {}
   Value(Dict v) : v_(std::move(v)) {}
@@ -113,6 +117,7 @@ class Value {
   }
   bool is_none() const { return is<None>(); }
   bool is_tensor() const { return is<at::Tensor>(); }
+  bool is_sharded_tensor() const { return is<ShardedTensor>(); }
   bool is_dict() const { return is<Dict>(); }
   bool is_list() const { return is<List>(); }
 
@@ -190,6 +195,7 @@ const char* Value::type_name_of() {
   else if constexpr (std::is_same_v<T, std::string>) return "str";
   else if constexpr (std::is_same_v<T, Bytes>) return "bytes";
   else if constexpr (std::is_same_v<T, at::Tensor>) return "Tensor";
+  else if constexpr (std::is_same_v<T, ShardedTensor>) return "ShardedTensor";
   else if constexpr (std::is_same_v<T, List>) return "list";
   else if constexpr (std::is_same_v<T, Tuple>) return "tuple";
   else return "dict";

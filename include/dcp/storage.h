@@ -24,6 +24,10 @@ struct WriteResult {
 /// Writes one checkpoint; one instance per rank. dcp::save calls, in order:
 ///   all ranks:   reset(checkpoint_id)                 (only when a checkpoint_id is given)
 ///   all ranks:   storage_meta()
+///   (more than one rank: the shared-storage check)
+///   coordinator: create_visibility_probe()          -> probe ("" when nothing to check)
+///   all ranks:   sees_visibility_probe(probe)
+///   coordinator: remove_visibility_probe(probe)
 ///   all ranks:   set_up_storage_writer(is_coordinator, rank)
 ///   all ranks:   prepare_local_plan(plan)             (creates the directory, overwrite check)
 ///   coordinator: prepare_global_plan(plans)           (assigns each rank's file prefix)
@@ -48,6 +52,13 @@ class StorageWriter {
                       const std::vector<std::vector<WriteResult>>& results) = 0;
   /// What to record in Metadata.storage_meta; nullopt when the backend records nothing.
   virtual std::optional<StorageMeta> storage_meta() { return std::nullopt; }
+
+  /// The shared-storage check: the coordinator leaves a probe in the storage and every rank must
+  /// see it, so that ranks writing to storage the others cannot read (node-local disks) fail
+  /// before writing anything. Backends without such a risk keep the defaults (no probe).
+  virtual std::string create_visibility_probe() { return ""; }
+  virtual bool sees_visibility_probe(const std::string& probe) { return true; }
+  virtual void remove_visibility_probe(const std::string& probe) {}
 };
 
 /// Reads one checkpoint; one instance per rank. dcp::load calls, in order:
@@ -88,6 +99,9 @@ class StorageWriterWrapper : public StorageWriter {
   void finish(const Metadata& metadata,
               const std::vector<std::vector<WriteResult>>& results) override;
   std::optional<StorageMeta> storage_meta() override;
+  std::string create_visibility_probe() override;
+  bool sees_visibility_probe(const std::string& probe) override;
+  void remove_visibility_probe(const std::string& probe) override;
 
  protected:
   StorageWriter& target() { return target_; }

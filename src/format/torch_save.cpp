@@ -95,6 +95,10 @@ class ArchiveWriter {
           else if constexpr (std::is_same_v<T, std::string>) w.str(x);
           else if constexpr (std::is_same_v<T, Bytes>) w.bytes(x.data);
           else if constexpr (std::is_same_v<T, at::Tensor>) tensor(w, x);
+          else if constexpr (std::is_same_v<T, ShardedTensor>) {
+            TORCH_CHECK(false, "a ShardedTensor inside a non-tensor value (a tuple, or a list ",
+                        "without tensors or dicts) cannot be saved; put it in a dict or list");
+          }
           else if constexpr (std::is_same_v<T, List>) {
             w.empty_list();
             if (!x.empty()) {

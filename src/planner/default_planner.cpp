@@ -122,6 +122,21 @@ void DefaultSavePlanner::set_up_planner(const StateDict& state,
 SavePlan DefaultSavePlanner::create_local_plan() {
   SavePlan plan;
   for (const auto& [fqn, value] : flat_.items) {
+    if (value.is_sharded_tensor()) {
+      const ShardedTensor& st = value.get<ShardedTensor>();
+      TensorProperties props;
+      props.dtype = st.dtype();
+      for (const Shard& shard : st.local_shards()) {
+        WriteItem item;
+        item.type = WriteItemType::SHARD;
+        item.index = MetadataIndex(fqn, shard.offsets);
+        item.tensor_data = TensorWriteData{
+            ChunkStorageMetadata{shard.offsets, shard.tensor.sizes().vec()}, props,
+            st.global_shape()};
+        plan.items.push_back(std::move(item));
+      }
+      continue;
+    }
     WriteItem item;
     if (value.is_tensor()) {
       const at::Tensor& t = value.tensor();
@@ -156,6 +171,13 @@ WritePayload DefaultSavePlanner::resolve_data(const WriteItem& item) {
               "', which this rank's state dict lacks");
   const Value& value = flat_.items[it->second].second;
   if (item.type == WriteItemType::BYTE_IO) return value;
+  if (value.is_sharded_tensor()) {
+    for (const Shard& shard : value.get<ShardedTensor>().local_shards()) {
+      if (item.index.offset && shard.offsets == *item.index.offset) return shard.tensor;
+    }
+    TORCH_CHECK(false, "the plan names a shard of '", item.index.fqn,
+                "' that this rank does not hold");
+  }
   return value.tensor();
 }
 
@@ -191,21 +213,33 @@ LoadPlan DefaultLoadPlanner::create_local_plan() {
       continue;
     }
     const auto& saved = std::get<TensorStorageMetadata>(it->second);
-    TORCH_CHECK_VALUE(value.is_tensor(), "'", fqn, "' is a tensor of shape ",
-                      shape_string(saved.size), " in the checkpoint but a ", value.type_name(),
-                      " in the state dict");
-    const at::Tensor& dest = value.tensor();
-    TORCH_CHECK_VALUE(dest.sizes() == c10::IntArrayRef(saved.size),
-                      "Size mismatch between saved ", shape_string(saved.size), " and current ",
-                      shape_string(dest.sizes()), " for '", fqn, "'");
-    TORCH_CHECK_TYPE(options_.allow_dtype_cast || dest.scalar_type() == saved.properties.dtype,
+    TORCH_CHECK_VALUE(value.is_tensor() || value.is_sharded_tensor(), "'", fqn,
+                      "' is a tensor of shape ", shape_string(saved.size),
+                      " in the checkpoint but a ", value.type_name(), " in the state dict");
+    std::vector<int64_t> global_shape;
+    c10::ScalarType dtype;
+    std::vector<ChunkStorageMetadata> local_chunks;
+    if (value.is_sharded_tensor()) {
+      const ShardedTensor& st = value.get<ShardedTensor>();
+      global_shape = st.global_shape();
+      dtype = st.dtype();
+      for (const Shard& shard : st.local_shards()) {
+        local_chunks.push_back(ChunkStorageMetadata{shard.offsets, shard.tensor.sizes().vec()});
+      }
+    } else {
+      global_shape = value.tensor().sizes().vec();
+      dtype = value.tensor().scalar_type();
+      local_chunks.push_back(
+          ChunkStorageMetadata{std::vector<int64_t>(global_shape.size(), 0), global_shape});
+    }
+    TORCH_CHECK_VALUE(global_shape == saved.size, "Size mismatch between saved ",
+                      shape_string(saved.size), " and current ", shape_string(global_shape),
+                      " for '", fqn, "'");
+    TORCH_CHECK_TYPE(options_.allow_dtype_cast || dtype == saved.properties.dtype,
                      "dtype mismatch for '", fqn, "': the checkpoint holds ",
-                     dtype_name(saved.properties.dtype), ", the state dict ",
-                     dtype_name(dest.scalar_type()),
+                     dtype_name(saved.properties.dtype), ", the state dict ", dtype_name(dtype),
                      " (set allow_dtype_cast to convert on load)");
-    const std::vector<int64_t> shape = dest.sizes().vec();
-    auto reads = detail::create_read_items_for_chunk_list(
-        fqn, saved, {ChunkStorageMetadata{std::vector<int64_t>(shape.size(), 0), shape}});
+    auto reads = detail::create_read_items_for_chunk_list(fqn, saved, local_chunks);
     for (auto& r : reads) plan.items.push_back(std::move(r));
   }
   if (!missing.empty()) {
@@ -243,7 +277,17 @@ void DefaultLoadPlanner::load_bytes(const ReadItem& item, Value value) {
 at::Tensor DefaultLoadPlanner::resolve_tensor(const ReadItem& item) {
   auto it = by_fqn_.find(item.dest_index.fqn);
   TORCH_CHECK(it != by_fqn_.end(), "no destination for '", item.dest_index.fqn, "'");
-  at::Tensor t = flat_.items[it->second].second.tensor().detach();
+  const Value& value = flat_.items[it->second].second;
+  at::Tensor t;
+  if (value.is_sharded_tensor()) {
+    const auto& shards = value.get<ShardedTensor>().local_shards();
+    const int64_t i = item.dest_index.index.value_or(-1);
+    TORCH_CHECK(i >= 0 && i < static_cast<int64_t>(shards.size()), "no local shard ", i,
+                " of '", item.dest_index.fqn, "'");
+    t = shards[i].tensor.detach();
+  } else {
+    t = value.tensor().detach();
+  }
   for (size_t d = 0; d < item.dest_offsets.size(); ++d) {
     t = t.narrow(static_cast<int64_t>(d), item.dest_offsets[d], item.lengths[d]);
   }

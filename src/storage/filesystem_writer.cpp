@@ -18,8 +18,10 @@
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "dcp/filesystem.h"
 #include "format/metadata_codec.h"
@@ -142,6 +144,47 @@ void FileSystemWriter::finish(const Metadata& metadata,
   file.close();
   detail::rename_file(tmp, final_path);
   if (options_.sync_files) detail::sync_directory(path_);
+}
+
+// The probe holds the coordinator's save id; a rank sees it when it can open the file in its
+// own checkpoint directory and read that id back. Shared file systems with close-to-open
+// consistency (NFS) show a closed file to every client that opens it afterwards; a few retries
+// cover slower metadata propagation.
+std::string FileSystemWriter::create_visibility_probe() {
+  if (!options_.check_shared_directory) return "";
+  TORCH_CHECK(!path_.empty(), "FileSystemWriter: no checkpoint path (pass a checkpoint_id)");
+  detail::create_directories(path_);
+  const std::string name = detail::paths::probe_file(save_id_);
+  detail::File file = detail::File::open(detail::join_path(path_, name), O_WRONLY | O_CREAT | O_TRUNC);
+  file.write_all(save_id_.data(), save_id_.size());
+  file.sync();
+  file.close();
+  return name + ":" + save_id_;
+}
+
+bool FileSystemWriter::sees_visibility_probe(const std::string& probe) {
+  const auto colon = probe.find(':');
+  TORCH_CHECK(colon != std::string::npos, "malformed visibility probe '", probe, "'");
+  const std::string path = detail::join_path(path_, probe.substr(0, colon));
+  const std::string expected = probe.substr(colon + 1);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (detail::path_exists(path)) {
+      try {
+        if (detail::read_file(path) == expected) return true;
+      } catch (const c10::Error&) {
+        // Not readable (yet); retry.
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 << attempt));
+  }
+  return false;
+}
+
+void FileSystemWriter::remove_visibility_probe(const std::string& probe) {
+  const auto colon = probe.find(':');
+  if (colon != std::string::npos) {
+    detail::remove_file(detail::join_path(path_, probe.substr(0, colon)));
+  }
 }
 
 std::optional<StorageMeta> FileSystemWriter::storage_meta() {

@@ -13,6 +13,7 @@ std::string rank_prefix(int rank) { return "__" + std::to_string(rank) + "_"; }
 std::string data_file(const std::string& prefix, int index) {
   return prefix + std::to_string(index) + kSuffix;
 }
+std::string probe_file(const std::string& save_id) { return ".dcp_probe_" + save_id; }
 bool is_data_file(const std::string& name) {
   const std::string suffix = kSuffix;
   return name.size() > suffix.size() + 2 && name.compare(0, 2, "__") == 0 &&

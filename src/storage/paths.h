@@ -13,6 +13,8 @@ std::string metadata_temp_file();
 std::string rank_prefix(int rank);
 /// A data file: "{prefix}{index}.distcp", e.g. "__3_0.distcp".
 std::string data_file(const std::string& prefix, int index);
+/// The shared-directory probe of one save: ".dcp_probe_{save_id}".
+std::string probe_file(const std::string& save_id);
 /// Whether `name` is a data file name ("__*_*.distcp").
 bool is_data_file(const std::string& name);
 

@@ -24,6 +24,15 @@ void StorageWriterWrapper::finish(const Metadata& metadata,
   target_.finish(metadata, results);
 }
 std::optional<StorageMeta> StorageWriterWrapper::storage_meta() { return target_.storage_meta(); }
+std::string StorageWriterWrapper::create_visibility_probe() {
+  return target_.create_visibility_probe();
+}
+bool StorageWriterWrapper::sees_visibility_probe(const std::string& probe) {
+  return target_.sees_visibility_probe(probe);
+}
+void StorageWriterWrapper::remove_visibility_probe(const std::string& probe) {
+  target_.remove_visibility_probe(probe);
+}
 
 void StorageReaderWrapper::reset(const std::optional<std::string>& checkpoint_id) {
   target_.reset(checkpoint_id);

@@ -1,0 +1,84 @@
+// A small binary encoding for what ranks exchange during a save or load: plans, write
+// results, outcomes. Little-endian fixed-width integers and length-prefixed strings. Only
+// processes of the same build read it, so it carries no version.
+#pragma once
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dcp::detail::wire {
+
+class Writer {
+ public:
+  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void i64(int64_t v) {
+    char b[8];
+    std::memcpy(b, &v, 8);
+    out_.append(b, 8);
+  }
+  void str(const std::string& s) {
+    i64(static_cast<int64_t>(s.size()));
+    out_.append(s);
+  }
+  void ints(const std::vector<int64_t>& v) {
+    i64(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) i64(x);
+  }
+  void strs(const std::vector<std::string>& v) {
+    i64(static_cast<int64_t>(v.size()));
+    for (const auto& s : v) str(s);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  uint8_t u8() { return static_cast<uint8_t>(*take(1)); }
+  int64_t i64() {
+    int64_t v;
+    std::memcpy(&v, take(8), 8);
+    return v;
+  }
+  std::string str() {
+    const int64_t n = i64();
+    TORCH_CHECK(n >= 0, "wire: negative length");
+    return std::string(take(static_cast<size_t>(n)), static_cast<size_t>(n));
+  }
+  std::vector<int64_t> ints() {
+    std::vector<int64_t> v(count());
+    for (auto& x : v) x = i64();
+    return v;
+  }
+  std::vector<std::string> strs() {
+    std::vector<std::string> v(count());
+    for (auto& s : v) s = str();
+    return v;
+  }
+  size_t count() {
+    const int64_t n = i64();
+    TORCH_CHECK(n >= 0 && static_cast<uint64_t>(n) <= in_.size() - pos_, "wire: bad count");
+    return static_cast<size_t>(n);
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  const char* take(size_t n) {
+    TORCH_CHECK(n <= in_.size() - pos_, "wire: message truncated");
+    const char* p = in_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+}  // namespace dcp::detail::wire

@@ -1,0 +1,168 @@
+// Plan and write-result encoding (see plan_codec.h).
+#include "planner/plan_codec.h"
+
+#include "comm/wire.h"
+
+namespace dcp::detail {
+namespace {
+
+void put_index(wire::Writer& w, const MetadataIndex& index) {
+  w.str(index.fqn);
+  w.u8(index.offset.has_value());
+  if (index.offset) w.ints(*index.offset);
+  w.u8(index.index.has_value());
+  if (index.index) w.i64(*index.index);
+}
+
+MetadataIndex get_index(wire::Reader& r) {
+  MetadataIndex index;
+  index.fqn = r.str();
+  if (r.u8()) index.offset = r.ints();
+  if (r.u8()) index.index = r.i64();
+  return index;
+}
+
+void put_path(wire::Writer& w, const ObjectPath& path) {
+  w.i64(static_cast<int64_t>(path.size()));
+  for (const Key& k : path) {
+    if (const auto* s = std::get_if<std::string>(&k)) {
+      w.u8(0);
+      w.str(*s);
+    } else {
+      w.u8(1);
+      w.i64(std::get<int64_t>(k));
+    }
+  }
+}
+
+ObjectPath get_path(wire::Reader& r) {
+  ObjectPath path(r.count());
+  for (Key& k : path) {
+    if (r.u8() == 0) k = r.str();
+    else k = r.i64();
+  }
+  return path;
+}
+
+}  // namespace
+
+std::string encode_save_plan(const SavePlan& plan) {
+  wire::Writer w;
+  w.i64(static_cast<int64_t>(plan.items.size()));
+  for (const auto& item : plan.items) {
+    put_index(w, item.index);
+    w.u8(static_cast<uint8_t>(item.type));
+    w.u8(item.tensor_data.has_value());
+    if (item.tensor_data) {
+      const auto& t = *item.tensor_data;
+      w.ints(t.chunk.offsets);
+      w.ints(t.chunk.sizes);
+      w.i64(static_cast<int64_t>(t.properties.dtype));
+      w.u8(t.properties.requires_grad);
+      w.u8(t.properties.pin_memory);
+      w.i64(static_cast<int64_t>(t.properties.memory_format));
+      w.ints(t.size);
+    }
+  }
+  w.str(plan.storage_data);
+  w.i64(static_cast<int64_t>(plan.planner_data.size()));
+  for (const auto& [fqn, path] : plan.planner_data) {
+    w.str(fqn);
+    put_path(w, path);
+  }
+  w.u8(plan.usable);
+  return w.take();
+}
+
+SavePlan decode_save_plan(const std::string& bytes) {
+  wire::Reader r(bytes);
+  SavePlan plan;
+  plan.items.resize(r.count());
+  for (auto& item : plan.items) {
+    item.index = get_index(r);
+    item.type = static_cast<WriteItemType>(r.u8());
+    if (r.u8()) {
+      TensorWriteData t;
+      t.chunk.offsets = r.ints();
+      t.chunk.sizes = r.ints();
+      t.properties.dtype = static_cast<c10::ScalarType>(r.i64());
+      t.properties.requires_grad = r.u8();
+      t.properties.pin_memory = r.u8();
+      t.properties.memory_format = static_cast<MemFormatEncoding>(r.i64());
+      t.size = r.ints();
+      item.tensor_data = std::move(t);
+    }
+  }
+  plan.storage_data = r.str();
+  const size_t n = r.count();
+  for (size_t i = 0; i < n; ++i) {
+    std::string fqn = r.str();
+    plan.planner_data.emplace(std::move(fqn), get_path(r));
+  }
+  plan.usable = r.u8();
+  TORCH_CHECK(r.done(), "wire: trailing bytes after a SavePlan");
+  return plan;
+}
+
+std::string encode_load_plan(const LoadPlan& plan) {
+  wire::Writer w;
+  w.i64(static_cast<int64_t>(plan.items.size()));
+  for (const auto& item : plan.items) {
+    w.u8(static_cast<uint8_t>(item.type));
+    put_index(w, item.dest_index);
+    w.ints(item.dest_offsets);
+    put_index(w, item.storage_index);
+    w.ints(item.storage_offsets);
+    w.ints(item.lengths);
+  }
+  w.str(plan.storage_data);
+  return w.take();
+}
+
+LoadPlan decode_load_plan(const std::string& bytes) {
+  wire::Reader r(bytes);
+  LoadPlan plan;
+  plan.items.resize(r.count());
+  for (auto& item : plan.items) {
+    item.type = static_cast<LoadItemType>(r.u8());
+    item.dest_index = get_index(r);
+    item.dest_offsets = r.ints();
+    item.storage_index = get_index(r);
+    item.storage_offsets = r.ints();
+    item.lengths = r.ints();
+  }
+  plan.storage_data = r.str();
+  TORCH_CHECK(r.done(), "wire: trailing bytes after a LoadPlan");
+  return plan;
+}
+
+std::string encode_write_results(const std::vector<WriteResult>& results) {
+  wire::Writer w;
+  w.i64(static_cast<int64_t>(results.size()));
+  for (const auto& res : results) {
+    put_index(w, res.index);
+    w.i64(res.size_in_bytes);
+    w.str(res.storage_data.relative_path);
+    w.i64(res.storage_data.offset);
+    w.i64(res.storage_data.length);
+    w.strs(res.storage_data.transform_descriptors);
+  }
+  return w.take();
+}
+
+std::vector<WriteResult> decode_write_results(const std::string& bytes) {
+  wire::Reader r(bytes);
+  std::vector<WriteResult> results(r.count());
+  for (auto& res : results) {
+    res.index = get_index(r);
+    res.size_in_bytes = r.i64();
+    res.storage_data.relative_path = r.str();
+    res.storage_data.offset = r.i64();
+    res.storage_data.length = r.i64();
+    res.storage_data.transform_descriptors = r.strs();
+  }
+  TORCH_CHECK(r.done(), "wire: trailing bytes after write results");
+  return results;
+}
+
+}  // namespace dcp::detail

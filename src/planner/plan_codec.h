@@ -1,0 +1,20 @@
+// Bytes for what ranks exchange during a save or load: local and final plans and write
+// results (the wire format of src/comm/wire.h; Metadata travels as its '.metadata' pickle).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dcp/planner.h"
+#include "dcp/storage.h"
+
+namespace dcp::detail {
+
+std::string encode_save_plan(const SavePlan& plan);
+SavePlan decode_save_plan(const std::string& bytes);
+std::string encode_load_plan(const LoadPlan& plan);
+LoadPlan decode_load_plan(const std::string& bytes);
+std::string encode_write_results(const std::vector<WriteResult>& results);
+std::vector<WriteResult> decode_write_results(const std::string& bytes);
+
+}  // namespace dcp::detail

@@ -1,0 +1,265 @@
+// The multi-rank protocol, with N threads as N ranks (InProcessCommunicator): resharding
+// between world sizes and layouts, de-duplication of replicated items, the edge cases of the
+// protocol, failure propagation and the shared-directory check.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+#include <set>
+
+#include "dcp/dcp.h"
+#include "testing/sharded_state.h"
+#include "testing/test_util.h"
+
+namespace dcp {
+namespace {
+
+using testing::Layout;
+
+Metadata save_world(MemoryStorage& storage, const std::string& id, int world, Layout layout) {
+  Metadata md;
+  std::mutex mu;
+  run_in_process(world, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), world, layout, false);
+    MemoryWriter writer(storage, id);
+    SaveOptions options;
+    options.comm = &comm;
+    Metadata m = save(sd, writer, options);
+    std::lock_guard<std::mutex> lock(mu);
+    if (comm.rank() == 0) md = m;
+  });
+  return md;
+}
+
+void load_world_and_check(MemoryStorage& storage, const std::string& id, int world,
+                          Layout layout) {
+  run_in_process(world, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), world, layout, true);
+    MemoryReader reader(storage, id);
+    LoadOptions options;
+    options.comm = &comm;
+    load(sd, reader, options);
+    const std::string diff = testing::check_sharded_state(sd, comm.rank(), world, layout);
+    TORCH_CHECK(diff.empty(), diff);
+  });
+}
+
+TEST(InProcessCommunicatorTest, CollectivesDeliverWhatTheyPromise) {
+  run_in_process(4, [](Communicator& comm) {
+    const std::string me = "r" + std::to_string(comm.rank());
+    TORCH_CHECK(comm.broadcast(me, 2) == "r2");
+    auto g = comm.gather(me, 1);
+    TORCH_CHECK(comm.rank() == 1 ? g == std::vector<std::string>({"r0", "r1", "r2", "r3"})
+                                 : g.empty());
+    std::vector<std::string> pieces;
+    if (comm.rank() == 3) pieces = {"a", "", "ccc", "d"};
+    const std::string mine = comm.scatter(pieces, 3);
+    TORCH_CHECK(mine == std::vector<std::string>({"a", "", "ccc", "d"})[comm.rank()]);
+    TORCH_CHECK(comm.all_gather(me).at(3) == "r3");
+    comm.barrier();
+  });
+}
+
+struct Resharding {
+  int save_world;
+  Layout save_layout;
+  int load_world;
+  Layout load_layout;
+};
+
+class ReshardingTest : public ::testing::TestWithParam<Resharding> {};
+
+TEST_P(ReshardingTest, LoadsBitwiseAtAnotherWorldSizeAndLayout) {
+  const Resharding p = GetParam();
+  MemoryStorage storage;
+  save_world(storage, "ckpt", p.save_world, p.save_layout);
+  load_world_and_check(storage, "ckpt", p.load_world, p.load_layout);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, ReshardingTest,
+    ::testing::Values(Resharding{4, Layout::kRow, 3, Layout::kRow},
+                      Resharding{4, Layout::kRow, 1, Layout::kRow},
+                      Resharding{3, Layout::kRow, 8, Layout::kColumn},
+                      Resharding{6, Layout::kMesh2d, 4, Layout::kRow},
+                      Resharding{2, Layout::kColumn, 6, Layout::kMesh2d},
+                      Resharding{8, Layout::kRow, 8, Layout::kRow}),
+    [](const auto& info) {
+      const Resharding& p = info.param;
+      return std::string(testing::layout_name(p.save_layout)) + std::to_string(p.save_world) +
+             "_to_" + testing::layout_name(p.load_layout) + std::to_string(p.load_world);
+    });
+
+TEST(DistributedSaveTest, ReplicatedItemsAreStoredOnceAndSpreadOverRanks) {
+  MemoryStorage storage;
+  constexpr int kWorld = 4;
+  Metadata md;
+  run_in_process(kWorld, [&](Communicator& comm) {
+    StateDict sd;
+    for (int i = 0; i < 8; ++i) sd["w" + std::to_string(i)] = testing::make_tensor(at::kFloat, {16, 16}, i);
+    sd["step"] = 3;
+    MemoryWriter writer(storage, "ckpt");
+    SaveOptions options;
+    options.comm = &comm;
+    Metadata m = save(sd, writer, options);
+    if (comm.rank() == 0) md = m;
+  });
+  std::set<std::string> files;
+  for (int i = 0; i < 8; ++i) {
+    const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at("w" + std::to_string(i)));
+    EXPECT_EQ(t.chunks.size(), 1u);
+    files.insert(md.storage_data.at(MetadataIndex("w" + std::to_string(i), std::vector<int64_t>{0, 0})).relative_path);
+  }
+  EXPECT_EQ(files.size(), static_cast<size_t>(kWorld)) << "replicated tensors all on one rank";
+  StateDict dest;
+  for (int i = 0; i < 8; ++i) dest["w" + std::to_string(i)] = at::zeros({16, 16});
+  dest["step"] = 0;
+  MemoryReader reader(storage, "ckpt");
+  load(dest, reader);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_TRUE(at::equal(dest["w" + std::to_string(i)].tensor(), testing::make_tensor(at::kFloat, {16, 16}, i)));
+  }
+  EXPECT_EQ(dest["step"], Value(3));
+}
+
+TEST(DistributedSaveTest, EdgeCasesOfThePlan) {
+  // Rank 2 has nothing at all; rank 1 only replicated items (all de-duplicated away or kept);
+  // rank 0 holds every shard of a sharded tensor.
+  MemoryStorage storage;
+  const at::Tensor full = testing::make_tensor(at::kFloat, {5, 4}, 9);
+  run_in_process(3, [&](Communicator& comm) {
+    StateDict sd;
+    if (comm.rank() == 0) {
+      sd["sharded"] = ShardedTensor({5, 4}, at::kFloat,
+                                    {Shard{full.narrow(0, 0, 2).clone(), {0, 0}},
+                                     Shard{full.narrow(0, 2, 3).clone(), {2, 0}}});
+    } else if (comm.rank() == 1) {
+      sd["sharded"] = ShardedTensor({5, 4}, at::kFloat, {});
+    }
+    if (comm.rank() != 2) sd["rep"] = testing::make_tensor(at::kInt, {3}, 1);
+    MemoryWriter writer(storage, "ckpt");
+    SaveOptions options;
+    options.comm = &comm;
+    save(sd, writer, options);
+  });
+  StateDict dest;
+  dest["sharded"] = at::zeros({5, 4});
+  dest["rep"] = at::zeros({3}, at::kInt);
+  MemoryReader reader(storage, "ckpt");
+  load(dest, reader);
+  EXPECT_TRUE(at::equal(dest["sharded"].tensor(), full));
+  EXPECT_TRUE(at::equal(dest["rep"].tensor(), testing::make_tensor(at::kInt, {3}, 1)));
+  // Every rank created its file, even rank 2 with nothing to write.
+  const auto files = storage.list("ckpt");
+  EXPECT_EQ(std::count(files.begin(), files.end(), "__2_0.distcp"), 1);
+}
+
+TEST(DistributedSaveTest, AFailureOnOneRankRaisesOnEveryRankAndKeepsTheLastCheckpoint) {
+  MemoryStorage storage;
+  save_world(storage, "ckpt", 4, Layout::kRow);
+  std::vector<std::string> messages(4);
+  run_in_process(4, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), 4, Layout::kRow, false);
+    MemoryWriter real(storage, "ckpt");
+    testing::FaultInjectionWriter faulty(
+        real, comm.rank() == 2 ? testing::FaultPoint::kWriteData : testing::FaultPoint::kNone);
+    SaveOptions options;
+    options.comm = &comm;
+    try {
+      save(sd, faulty, options);
+    } catch (const c10::Error& e) {
+      messages[comm.rank()] = e.what_without_backtrace();
+    }
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(messages[r].find("failed on rank 2 of 4"), std::string::npos) << messages[r];
+    EXPECT_NE(messages[r].find("injected fault"), std::string::npos) << messages[r];
+  }
+  // The failed save into the same id left no metadata; a fresh save there works again.
+  EXPECT_FALSE(storage.get("ckpt", ".metadata").has_value());
+  save_world(storage, "ckpt", 4, Layout::kRow);
+  load_world_and_check(storage, "ckpt", 2, Layout::kRow);
+}
+
+TEST(DistributedSaveTest, AFailedSaveElsewhereLeavesTheEarlierCheckpointLoadable) {
+  testing::TempDir dir;
+  run_in_process(3, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), 3, Layout::kRow, false);
+    SaveOptions options;
+    options.comm = &comm;
+    save(sd, dir.sub("step_1"), options);
+    FileSystemWriter real(dir.sub("step_2"));
+    testing::FaultInjectionWriter faulty(
+        real, comm.rank() == 1 ? testing::FaultPoint::kWriteData : testing::FaultPoint::kNone);
+    EXPECT_THROW(save(sd, faulty, options), c10::Error);
+  });
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("step_2/.metadata")));
+  run_in_process(2, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), 2, Layout::kColumn, true);
+    LoadOptions options;
+    options.comm = &comm;
+    load(sd, dir.sub("step_1"), options);
+    const std::string diff = testing::check_sharded_state(sd, comm.rank(), 2, Layout::kColumn);
+    TORCH_CHECK(diff.empty(), diff);
+  });
+}
+
+TEST(DistributedSaveTest, NonSharedDirectoriesAreDetectedBeforeAnyDataIsWritten) {
+  testing::TempDir dir;
+  std::vector<std::string> messages(3);
+  run_in_process(3, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), 3, Layout::kRow, false);
+    SaveOptions options;
+    options.comm = &comm;
+    try {
+      save(sd, dir.sub("node" + std::to_string(comm.rank())), options);
+    } catch (const c10::Error& e) {
+      messages[comm.rank()] = e.what_without_backtrace();
+    }
+  });
+  for (const auto& m : messages) {
+    EXPECT_NE(m.find("not shared by all ranks: rank(s) 1, 2"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("node0/__0_0.distcp")));
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("node0/.metadata")));
+
+  // The documented switch turns the check off.
+  run_in_process(2, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), 2, Layout::kRow, false);
+    FileSystemWriterOptions o;
+    o.check_shared_directory = false;
+    FileSystemWriter writer(dir.sub("shared"), o);
+    SaveOptions options;
+    options.comm = &comm;
+    save(sd, writer, options);
+  });
+  EXPECT_TRUE(std::filesystem::exists(dir.sub("shared/.metadata")));
+}
+
+TEST(DistributedLoadTest, AMissingKeyOnOneRankRaisesOnAllRanks) {
+  MemoryStorage storage;
+  save_world(storage, "ckpt", 2, Layout::kRow);
+  std::vector<std::string> messages(2);
+  run_in_process(2, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), 2, Layout::kRow, true);
+    if (comm.rank() == 1) sd["renamed"] = at::zeros({1});
+    MemoryReader reader(storage, "ckpt");
+    LoadOptions options;
+    options.comm = &comm;
+    try {
+      load(sd, reader, options);
+    } catch (const c10::Error& e) {
+      messages[comm.rank()] = e.what_without_backtrace();
+    }
+  });
+  for (const auto& m : messages) {
+    EXPECT_NE(m.find("failed on rank 1 of 2"), std::string::npos) << m;
+    EXPECT_NE(m.find("'renamed'"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace dcp
