@@ -2,7 +2,8 @@
 # One entry point for a fresh machine: installs what is missing (Debian packages, the repo's
 # Python venv with PyTorch 2.13.0), configures and builds, then runs the demo or the tests.
 #
-#   tools/run.sh demo    build, then run the example (save, then load into a fresh model)
+#   tools/run.sh demo    build, then run the main demo: train with FSDP-style sharding on 16
+#                        ranks with checkpoints, resume on 4 and on 8 ranks, compare losses
 #   tools/run.sh test    build, then run the whole test suite (unit, interop against Python DCP)
 #   tools/run.sh build   set up and build only
 #
@@ -66,9 +67,8 @@ case "${1:-}" in
     ;;
   demo)
     build
-    log "demo: examples/save_load"
-    rm -rf "$BUILD_DIR/demo_ckpt"
-    "$BUILD_DIR/examples/save_load" "$BUILD_DIR/demo_ckpt"
+    log "demo: examples/fsdp_train (save on 16 ranks, resume on 4 and 8)"
+    "$ROOT/tools/fsdp_demo.sh" "$BUILD_DIR"
     ;;
   test)
     build
