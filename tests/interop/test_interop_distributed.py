@@ -1,0 +1,164 @@
+"""Interop across world sizes against real Python DCP (torch 2.13, gloo on CPU, several
+processes): DTensor checkpoints written by Python on 4 processes load in C++ on 3 ranks, and
+checkpoints written by C++ on 6 ranks load in Python on 2 and 4 processes into DTensors, with
+1-D and 2-D meshes both ways. Every value is compared bit for bit.
+
+The C++ side is tests/mpi/mpi_tool.cpp (its state is tests/testing/sharded_state.cpp's
+full_state(), which full_state() below mirrors). Run by ctest (labels 'interop' and 'mpi');
+DCP_MPI_TOOL names the tool, DCP_MPIRUN the launcher."""
+import os
+import socket
+import subprocess
+import tempfile
+import unittest
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+from values import difference, make_tensor
+
+MPI_TOOL = os.environ.get("DCP_MPI_TOOL", "")
+MPIRUN = os.environ.get("DCP_MPIRUN", "mpirun")
+
+
+def full_state():
+    return {
+        "model": {
+            "embed": make_tensor(torch.float32, (10, 6), 1),
+            "proj": make_tensor(torch.bfloat16, (17, 5), 2),
+            "tiny": make_tensor(torch.int64, (3, 4), 3),
+            "big": make_tensor(torch.float32, (64, 32), 4),
+        },
+        "replicated": make_tensor(torch.float32, (7, 3), 5),
+        "step": 42,
+        "lr": 0.5,
+        "tags": ["a", "b"],
+    }
+
+
+MESHES = {
+    "row": lambda world: ((world,), [Shard(0)]),
+    "column": lambda world: ((world,), [Shard(1)]),
+    "mesh2d": lambda world: ((2, world // 2), [Shard(0), Shard(1)]),
+    "replicate_row": lambda world: ((2, world // 2), [Replicate(), Shard(0)]),
+}
+
+
+def sharded_state(layout, world, zeros):
+    shape, placements = MESHES[layout](world)
+    mesh = init_device_mesh("cpu", shape)
+    full = full_state()
+    model = {}
+    for k, t in full["model"].items():
+        src = torch.zeros_like(t) if zeros else t
+        model[k] = distribute_tensor(src, mesh, placements)
+    return {
+        "model": model,
+        "replicated": torch.zeros_like(full["replicated"]) if zeros else full["replicated"].clone(),
+        "step": None if zeros else full["step"],
+        "lr": None if zeros else full["lr"],
+        "tags": None if zeros else full["tags"],
+    }
+
+
+def _worker(rank, world, port, action, layout, path, errors):
+    warnings.filterwarnings("ignore")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        if action == "save":
+            dcp.save(sharded_state(layout, world, zeros=False), checkpoint_id=path)
+        else:
+            sd = sharded_state(layout, world, zeros=True)
+            dcp.load(sd, checkpoint_id=path)
+            full = full_state()
+            got = {"model": {k: v.full_tensor() for k, v in sd["model"].items()},
+                   **{k: sd[k] for k in ("replicated", "step", "lr", "tags")}}
+            diff = difference(full, got)
+            if diff:
+                errors.put(f"rank {rank}: {diff}")
+        dist.barrier()
+    except Exception as e:  # reported to the parent, which fails the test
+        errors.put(f"rank {rank}: {type(e).__name__}: {e}")
+    finally:
+        dist.destroy_process_group()
+
+
+def run_python(world, action, layout, path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    errors = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, action, layout, path, errors))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    messages = []
+    while not errors.empty():
+        messages.append(errors.get())
+    codes = [p.exitcode for p in procs]
+    if messages or any(c != 0 for c in codes):
+        raise AssertionError(f"python {action} on {world} processes failed: {messages} {codes}")
+
+
+def run_cpp(world, action, layout, path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    cmd = [MPIRUN, "-np", str(world), "--oversubscribe", "--bind-to", "none", "--mca", "btl",
+           "self,vader", MPI_TOOL, action, path, layout]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
+
+
+class PythonSavesCppLoads(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(MPI_TOOL, "DCP_MPI_TOOL is not set")
+
+    def test_python_4_processes_shard0_uneven_to_cpp_3_ranks(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_python(4, "save", "row", d)
+            run_cpp(3, "load", "row", d)
+            run_cpp(1, "load", "row", d)
+            run_cpp(4, "load", "column", d)
+
+    def test_python_2d_mesh_to_cpp_3_ranks(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_python(4, "save", "mesh2d", d)
+            run_cpp(3, "load", "row", d)
+
+    def test_python_replicated_mesh_dimension_to_cpp(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_python(4, "save", "replicate_row", d)
+            run_cpp(3, "load", "column", d)
+
+
+class CppSavesPythonLoads(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(MPI_TOOL, "DCP_MPI_TOOL is not set")
+
+    def test_cpp_6_ranks_to_python_2_processes(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_cpp(6, "save", "row", d)
+            run_python(2, "load", "row", d)
+            run_python(2, "load", "column", d)
+
+    def test_cpp_2d_mesh_to_python_2d_and_1d(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_cpp(6, "save", "mesh2d", d)
+            run_python(4, "load", "mesh2d", d)
+            run_python(2, "load", "row", d)
+
+
+if __name__ == "__main__":
+    unittest.main()
