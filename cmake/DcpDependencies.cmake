@@ -30,11 +30,16 @@ if(DCP_WITH_MPI)
   find_package(MPI REQUIRED COMPONENTS CXX)
 endif()
 
+# NCCL: optional; needs NCCL's headers and library (NCCL_ROOT, CUDA_HOME, or the
+# nvidia-nccl-cu13 wheel's nvidia/nccl folder) and the CUDA runtime.
 if(DCP_WITH_NCCL)
   find_package(NCCL)
-  if(NOT NCCL_FOUND)
-    message(STATUS "dcp: NCCL headers not found; building without NCCL")
+  find_package(CUDAToolkit QUIET)
+  if(NOT NCCL_FOUND OR NOT CUDAToolkit_FOUND)
+    message(STATUS "dcp: NCCL or CUDA headers not found; building without NCCL")
     set(DCP_WITH_NCCL OFF CACHE BOOL "" FORCE)
+  else()
+    message(STATUS "dcp: building the NCCL communicator (${NCCL_INCLUDE_DIR})")
   endif()
 endif()
 

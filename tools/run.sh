@@ -47,6 +47,20 @@ install_venv() {
   fi
 }
 
+# The NCCL communicator is built when CUDA's headers are on the machine: NCCL itself comes
+# from the nvidia-nccl-cu13 wheel in the venv. Without CUDA (or the wheel) it is left out.
+nccl_flags() {
+  local cuda="${CUDA_HOME:-/usr/local/cuda}"
+  [[ -f "$cuda/include/cuda_runtime_api.h" ]] || return 0
+  local nccl="$VENV/lib/python3.11/site-packages/nvidia/nccl"
+  if [[ ! -f "$nccl/include/nccl.h" ]]; then
+    "$VENV/bin/pip" install -q nvidia-nccl-cu13 >/dev/null 2>&1 || true
+  fi
+  nccl="$("$VENV/bin/python" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)"
+  [[ -n "$nccl" && -f "$nccl/include/nccl.h" ]] || return 0
+  echo "-DDCP_WITH_NCCL=ON -DNCCL_ROOT=$nccl -DCUDAToolkit_ROOT=$cuda"
+}
+
 build() {
   install_packages
   install_venv
@@ -54,8 +68,9 @@ build() {
   prefix="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     log "configuring $BUILD_DIR"
+    # shellcheck disable=SC2046
     cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$VENV/bin/python"
+      -DCMAKE_PREFIX_PATH="$prefix" -DPython3_EXECUTABLE="$VENV/bin/python" $(nccl_flags)
   fi
   log "building"
   cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -30,6 +30,11 @@ class Communicator {
   virtual std::string scatter(const std::vector<std::string>& data, int root) = 0;
   /// Every rank's `data`, in rank order, on every rank.
   virtual std::vector<std::string> all_gather(const std::string& data) = 0;
+  /// A communicator over the same ranks whose messages never mix with this one's, usable from
+  /// another thread while this one is in use (dcp::async_save runs its collectives on one).
+  /// Collective: every rank calls it, in the same order. Throws when the implementation cannot
+  /// be used from a second thread (MPI below MPI_THREAD_MULTIPLE).
+  virtual std::unique_ptr<Communicator> duplicate() = 0;
 };
 
 /// One process, one rank: every collective is local (Python's no_dist=True).
@@ -43,6 +48,7 @@ class SingleProcessCommunicator final : public Communicator {
   std::vector<std::string> gather(const std::string& data, int root) override;
   std::string scatter(const std::vector<std::string>& data, int root) override;
   std::vector<std::string> all_gather(const std::string& data) override;
+  std::unique_ptr<Communicator> duplicate() override;
 };
 
 }  // namespace dcp

@@ -1,6 +1,7 @@
 // dcp: PyTorch Distributed Checkpoint for C++. Includes the whole public API.
 #pragma once
 
+#include "dcp/async_save.h"
 #include "dcp/checkpoint.h"
 #include "dcp/communicator.h"
 #include "dcp/filesystem.h"
@@ -14,4 +15,7 @@
 
 #ifdef DCP_WITH_MPI
 #include "dcp/mpi_communicator.h"
+#endif
+#ifdef DCP_WITH_NCCL
+#include "dcp/nccl_communicator.h"
 #endif

@@ -25,6 +25,8 @@ class InProcessGroup {
 
   /// Deposits `data` for `rank`, waits for every rank, and returns all deposits (rank order).
   std::vector<std::string> exchange(int rank, std::string data);
+  /// The group of `rank`'s next duplicate: the k-th call of every rank returns the same group.
+  std::shared_ptr<InProcessGroup> next_child(int rank);
 
  private:
   const int size_;
@@ -35,6 +37,8 @@ class InProcessGroup {
   int arrived_ = 0;                     // guarded by mu_
   int leaving_ = 0;                     // guarded by mu_: ranks yet to read published_
   uint64_t generation_ = 0;             // guarded by mu_
+  std::vector<size_t> next_child_;      // guarded by mu_: per rank, duplicates taken so far
+  std::vector<std::shared_ptr<InProcessGroup>> children_;  // guarded by mu_
 };
 
 class InProcessCommunicator final : public Communicator {
@@ -50,6 +54,7 @@ class InProcessCommunicator final : public Communicator {
   std::vector<std::string> gather(const std::string& data, int root) override;
   std::string scatter(const std::vector<std::string>& data, int root) override;
   std::vector<std::string> all_gather(const std::string& data) override;
+  std::unique_ptr<Communicator> duplicate() override;
 
  private:
   std::shared_ptr<InProcessGroup> group_;

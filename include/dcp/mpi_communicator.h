@@ -33,6 +33,8 @@ class MpiCommunicator final : public Communicator {
   std::vector<std::string> gather(const std::string& data, int root) override;
   std::string scatter(const std::vector<std::string>& data, int root) override;
   std::vector<std::string> all_gather(const std::string& data) override;
+  /// MPI_Comm_dup; requires MPI_THREAD_MULTIPLE, since the duplicate is meant for another thread.
+  std::unique_ptr<Communicator> duplicate() override;
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -24,4 +24,8 @@ std::vector<std::string> SingleProcessCommunicator::all_gather(const std::string
   return {data};
 }
 
+std::unique_ptr<Communicator> SingleProcessCommunicator::duplicate() {
+  return std::make_unique<SingleProcessCommunicator>();
+}
+
 }  // namespace dcp

@@ -13,7 +13,8 @@
 
 namespace dcp {
 
-InProcessGroup::InProcessGroup(int world_size) : size_(world_size), slots_(world_size) {
+InProcessGroup::InProcessGroup(int world_size)
+    : size_(world_size), slots_(world_size), next_child_(world_size, 0) {
   TORCH_CHECK(world_size >= 1, "InProcessGroup needs at least one rank");
 }
 
@@ -36,6 +37,14 @@ std::vector<std::string> InProcessGroup::exchange(int rank, std::string data) {
   std::vector<std::string> result = published_;
   if (--leaving_ == 0) cv_.notify_all();
   return result;
+}
+
+std::shared_ptr<InProcessGroup> InProcessGroup::next_child(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t k = next_child_.at(rank)++;
+  if (children_.size() <= k) children_.resize(k + 1);
+  if (!children_[k]) children_[k] = std::make_shared<InProcessGroup>(size_);
+  return children_[k];
 }
 
 InProcessCommunicator::InProcessCommunicator(std::shared_ptr<InProcessGroup> group, int rank)
@@ -72,6 +81,10 @@ std::string InProcessCommunicator::scatter(const std::vector<std::string>& data,
 
 std::vector<std::string> InProcessCommunicator::all_gather(const std::string& data) {
   return group_->exchange(rank_, data);
+}
+
+std::unique_ptr<Communicator> InProcessCommunicator::duplicate() {
+  return std::make_unique<InProcessCommunicator>(group_->next_child(rank_), rank_);
 }
 
 void run_in_process(int world_size, const std::function<void(Communicator&)>& fn) {

@@ -135,4 +135,13 @@ std::vector<std::string> MpiCommunicator::all_gather(const std::string& data) {
   return split(all, counts, displs);
 }
 
+std::unique_ptr<Communicator> MpiCommunicator::duplicate() {
+  int level = MPI_THREAD_SINGLE;
+  DCP_MPI_CHECK(MPI_Query_thread(&level));
+  TORCH_CHECK(level == MPI_THREAD_MULTIPLE,
+              "a background communicator needs MPI initialized with MPI_THREAD_MULTIPLE "
+              "(MPI_Init_thread); this process has thread level ", level);
+  return std::make_unique<MpiCommunicator>(comm_);
+}
+
 }  // namespace dcp

@@ -9,6 +9,8 @@
 //                                      check must fail on every rank before any data is written
 //   mpi_tool user-comm <dir>           a save while the caller's communicator carries its own
 //                                      messages: the checkpoint's collectives must not mix
+//   mpi_tool async <dir>               async saves while the trainer runs MPI collectives on
+//                                      MPI_COMM_WORLD and mutates its tensors; then load + check
 // Layouts: row, column, mesh2d. Exit code 0 only when every rank succeeded.
 #include <mpi.h>
 
@@ -107,10 +109,36 @@ void user_comm_case(dcp::Communicator& comm, const std::string& dir) {
   load_and_check(comm, dir, Layout::kRow);
 }
 
+void async_case(dcp::Communicator& comm, const std::string& dir) {
+  auto stager = std::make_shared<dcp::DefaultStager>();
+  dcp::AsyncSaveOptions options;
+  options.comm = &comm;
+  options.stager = stager;
+  for (int round = 0; round < 3; ++round) {
+    dcp::StateDict sd = dcp::testing::sharded_state(comm.rank(), comm.size(), Layout::kRow, false);
+    dcp::AsyncSaveFuture pending =
+        dcp::async_save(sd, dir + "/round" + std::to_string(round), options);
+    // The trainer's own collectives on the caller's communicator, concurrently with the save.
+    for (int i = 0; i < 50; ++i) {
+      int64_t mine = comm.rank() + i, sum = 0;
+      MPI_Allreduce(&mine, &sum, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+      const int64_t n = comm.size();
+      TORCH_CHECK(sum == n * (n - 1) / 2 + n * i, "trainer allreduce corrupted");
+    }
+    // And it changes its weights at once: the saves must not see that.
+    for (auto& [k, v] : sd.at("model").dict()) {
+      for (auto& shard : v.get<dcp::ShardedTensor>().local_shards()) shard.tensor.fill_(-1);
+    }
+    pending.get();
+  }
+  load_and_check(comm, dir + "/round2", Layout::kColumn);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   at::set_num_threads(1);
   int failed = 0;
   {
@@ -125,6 +153,7 @@ int main(int argc, char** argv) {
       else if (command == "fail") fail_case(comm, dir);
       else if (command == "nonshared") nonshared_case(comm, dir);
       else if (command == "user-comm") user_comm_case(comm, dir);
+      else if (command == "async") async_case(comm, dir);
       else TORCH_CHECK(false, "unknown command ", command);
     } catch (const c10::Error& e) {
       std::cerr << "rank " << comm.rank() << ": " << e.what_without_backtrace() << "\n";

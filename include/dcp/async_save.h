@@ -1,0 +1,139 @@
+// dcp::async_save: a checkpoint that blocks training only while the state is copied into
+// staging memory; writing, result gathering and the metadata commit run on a background
+// worker. Python's torch.distributed.checkpoint.async_save with a stager.
+//
+//   auto stager = std::make_shared<dcp::DefaultStager>();   // keeps staging buffers warm
+//   dcp::AsyncSaveOptions options;
+//   options.comm = &comm;
+//   options.stager = stager;
+//   dcp::AsyncSaveFuture pending = dcp::async_save(state, "/shared/ckpt/step_6000", options);
+//   ... train; the state may change right away ...
+//   pending.get();   // the Metadata, or the save's error (on every rank)
+//
+// Memory: a DefaultStager keeps `max_in_flight` staging copies of the state (one per save that
+// may be in flight), reused across saves of the same structure; CPU tensors are staged in
+// ordinary host memory, device tensors in page-locked ("pinned") host memory through a copy on
+// a side stream of their device.
+//
+// Lifetime: a save keeps running when its AsyncSaveFuture is destroyed. Destroying the
+// DefaultStager waits for its pending saves (when async_save made the stager itself, the
+// future owns it, so destroying the last copy of that future waits). With MPI, finish or wait
+// for pending saves before MPI_Finalize. A process killed mid-save leaves no '.metadata': the
+// incomplete checkpoint stays invisible.
+//
+// Thread-safety: call async_save from one thread per rank (the training loop).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dcp/checkpoint.h"
+#include "dcp/storage.h"
+
+namespace dcp {
+
+struct StagingOptions {
+  /// Saves that may be in flight at once; async_save waits for a free slot. Each slot holds one
+  /// staging copy of the state, so staging memory is max_in_flight x the state's tensor bytes.
+  int max_in_flight = 1;
+  /// Stage device tensors in pinned host memory (faster, asynchronous device-to-host copies).
+  bool use_pinned_memory = true;
+};
+
+/// Counters of a DefaultStager, for tests and monitoring.
+struct StagingStats {
+  int64_t allocations = 0;     // staging buffers allocated
+  int64_t bytes_allocated = 0;
+  int64_t reuses = 0;          // tensors copied into an existing buffer
+  int64_t saves = 0;
+};
+
+/// Owns the staging buffers and the background worker of asynchronous saves.
+class DefaultStager {
+ public:
+  explicit DefaultStager(StagingOptions options = {});
+  /// Waits for every pending save, then stops the worker. Never throws.
+  ~DefaultStager();
+  DefaultStager(const DefaultStager&) = delete;
+  DefaultStager& operator=(const DefaultStager&) = delete;
+
+  StagingStats stats() const;
+
+ private:
+  friend struct AsyncSaveAccess;
+  struct Slot;
+  struct Task;
+
+  std::shared_future<Metadata> submit(const StateDict& state,
+                                      std::shared_ptr<StorageWriter> writer,
+                                      const SaveOptions& options,
+                                      const std::optional<std::string>& checkpoint_id);
+  Value stage(const Value& value, Slot& slot, const std::string& path);
+  at::Tensor stage_tensor(const at::Tensor& src, Slot& slot, const std::string& key);
+  Communicator* background_comm(Communicator* user_comm);
+  void run_worker();
+
+  StagingOptions options_;
+  mutable std::mutex mu_;                 // guards everything below
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::deque<std::unique_ptr<Task>> queue_;
+  bool stopping_ = false;
+  StagingStats stats_;
+  Communicator* user_comm_ = nullptr;     // the communicator background_ duplicates
+  std::unique_ptr<Communicator> background_;
+  std::thread worker_;                    // started last
+};
+
+/// The handle of one asynchronous save.
+class AsyncSaveFuture {
+ public:
+  AsyncSaveFuture() = default;
+
+  /// Blocks until the save has finished (successfully or not).
+  void wait() const;
+  /// Whether the save has finished.
+  bool done() const;
+  /// Waits, then returns the committed Metadata or rethrows the save's error.
+  Metadata get() const;
+  /// Seconds the caller was blocked in async_save (waiting for a slot, then staging).
+  double blocking_seconds() const { return blocking_seconds_; }
+
+ private:
+  friend struct AsyncSaveAccess;
+  std::shared_future<Metadata> future_;
+  std::shared_ptr<DefaultStager> owned_stager_;  // set when async_save made the stager
+  double blocking_seconds_ = 0;
+};
+
+struct AsyncSaveOptions {
+  /// Planner, communicator (borrowed; the background work runs on its duplicate) and
+  /// coordinator, as for dcp::save.
+  std::shared_ptr<SavePlanner> planner;
+  Communicator* comm = nullptr;
+  bool no_dist = false;
+  int coordinator_rank = 0;
+  /// Staging buffers and worker, shared across saves; nullptr: a fresh stager for this save.
+  std::shared_ptr<DefaultStager> stager;
+};
+
+/// Stages `state` (the caller may modify or free its tensors once this returns), then saves
+/// the staged copy in the background into the directory `checkpoint_id`.
+/// Every rank calls it, in the same order relative to its other collectives on `comm`.
+AsyncSaveFuture async_save(const StateDict& state, const std::string& checkpoint_id,
+                           const AsyncSaveOptions& options = {});
+/// The same through `writer`, which the background save keeps alive.
+AsyncSaveFuture async_save(const StateDict& state, std::shared_ptr<StorageWriter> writer,
+                           const AsyncSaveOptions& options = {},
+                           const std::optional<std::string>& checkpoint_id = std::nullopt);
+
+}  // namespace dcp

@@ -1,0 +1,276 @@
+// dcp::async_save and DefaultStager.
+//
+// async_save, on the caller's thread:
+//   1. take a free staging slot (waits while max_in_flight saves are pending);
+//   2. the first time for a communicator: duplicate it (collective) for the background work;
+//   3. copy every tensor of the state into the slot's buffers (reused when the key, shape and
+//      dtype repeat; CPU tensors with a plain copy, device tensors into pinned memory on a side
+//      stream of their device, then waited for) and copy the non-tensor values;
+//   4. queue the staged state and return the future.
+// The worker thread, in submission order: dcp::save(staged state) on the duplicated
+// communicator, fulfil the future, free the slot.
+//
+// Every staged save copies the values of *that* call: buffers are reused, never the values
+// (see AsyncSaveTest.EachSaveHoldsTheValuesOfItsOwnCall).
+#include "dcp/async_save.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+
+#include <algorithm>
+
+#include "dcp/filesystem.h"
+
+namespace dcp {
+
+struct DefaultStager::Slot {
+  bool busy = false;
+  std::map<std::string, at::Tensor> buffers;  // key path -> staging buffer
+};
+
+struct DefaultStager::Task {
+  StateDict staged;
+  std::shared_ptr<StorageWriter> writer;
+  SaveOptions options;
+  std::optional<std::string> checkpoint_id;
+  std::promise<Metadata> promise;
+  Slot* slot = nullptr;
+};
+
+struct AsyncSaveAccess {
+  static AsyncSaveFuture make(std::shared_future<Metadata> f, std::shared_ptr<DefaultStager> owned,
+                              double blocking) {
+    AsyncSaveFuture out;
+    out.future_ = std::move(f);
+    out.owned_stager_ = std::move(owned);
+    out.blocking_seconds_ = blocking;
+    return out;
+  }
+  static std::shared_future<Metadata> submit(DefaultStager& stager, const StateDict& state,
+                                             std::shared_ptr<StorageWriter> writer,
+                                             const SaveOptions& options,
+                                             const std::optional<std::string>& id) {
+    return stager.submit(state, std::move(writer), options, id);
+  }
+};
+
+DefaultStager::DefaultStager(StagingOptions options) : options_(options) {
+  TORCH_CHECK(options_.max_in_flight >= 1, "StagingOptions::max_in_flight must be >= 1");
+  for (int i = 0; i < options_.max_in_flight; ++i) slots_.push_back(std::make_unique<Slot>());
+  worker_ = std::thread([this] { run_worker(); });
+}
+
+DefaultStager::~DefaultStager() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+StagingStats DefaultStager::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void DefaultStager::run_worker() {
+  while (true) {
+    std::unique_ptr<Task> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;  // stopping, and nothing left to write
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    try {
+      task->promise.set_value(save(task->staged, *task->writer, task->options, task->checkpoint_id));
+    } catch (...) {
+      task->promise.set_exception(std::current_exception());
+    }
+    Slot* slot = task->slot;
+    task.reset();  // drop the staged references before the slot is reused
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot->busy = false;
+      ++stats_.saves;
+    }
+    cv_.notify_all();
+  }
+}
+
+Communicator* DefaultStager::background_comm(Communicator* user_comm) {
+  if (user_comm == nullptr) return nullptr;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (background_ && user_comm_ == user_comm) return background_.get();
+    // A different communicator: let the saves using the old duplicate finish first.
+    cv_.wait(lock, [&] {
+      return queue_.empty() && std::count_if(slots_.begin(), slots_.end(), [](const auto& s) {
+               return s->busy;
+             }) == 0;
+    });
+  }
+  std::unique_ptr<Communicator> dup = user_comm->duplicate();  // collective
+  std::lock_guard<std::mutex> lock(mu_);
+  background_ = std::move(dup);
+  user_comm_ = user_comm;
+  return background_.get();
+}
+
+at::Tensor DefaultStager::stage_tensor(const at::Tensor& original, Slot& slot,
+                                       const std::string& key) {
+  const at::Tensor src = original.detach();
+  at::Tensor& buf = slot.buffers[key];
+  if (buf.defined() && buf.sizes() == src.sizes() && buf.scalar_type() == src.scalar_type()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.reuses;
+  } else {
+    at::TensorOptions opts = at::TensorOptions().dtype(src.scalar_type());
+    if (!src.device().is_cpu() && options_.use_pinned_memory) opts = opts.pinned_memory(true);
+    buf = at::empty(src.sizes(), opts);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.allocations;
+    stats_.bytes_allocated += static_cast<int64_t>(buf.numel() * buf.element_size());
+  }
+  if (src.device().is_cpu()) {
+    buf.copy_(src);
+    return buf;
+  }
+  // Device tensor: copy on a side stream that first waits for the work queued on the current
+  // stream, then wait for the copy (async_save returns once staging is complete).
+  const c10::Device device = src.device();
+  c10::impl::VirtualGuardImpl impl(device.type());
+  const c10::Stream current = impl.getStream(device);
+  const c10::Stream side = impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+  c10::Event produced(device.type());
+  produced.record(current);
+  produced.block(side);
+  {
+    c10::StreamGuard guard(side);
+    buf.copy_(src, /*non_blocking=*/options_.use_pinned_memory);
+  }
+  side.synchronize();
+  return buf;
+}
+
+Value DefaultStager::stage(const Value& value, Slot& slot, const std::string& path) {
+  if (value.is_tensor()) return stage_tensor(value.tensor(), slot, path);
+  if (value.is_sharded_tensor()) {
+    const ShardedTensor& st = value.get<ShardedTensor>();
+    std::vector<Shard> shards;
+    for (size_t i = 0; i < st.local_shards().size(); ++i) {
+      const Shard& s = st.local_shards()[i];
+      shards.push_back(Shard{stage_tensor(s.tensor, slot, path + "#" + std::to_string(i)), s.offsets});
+    }
+    return ShardedTensor(st.global_shape(), st.dtype(), std::move(shards));
+  }
+  if (value.is_dict()) {
+    Dict out;
+    for (const auto& [k, v] : value.dict()) {
+      out.insert_or_assign(k, stage(v, slot, path + "/" + (std::holds_alternative<int64_t>(k) ? "#" : "") + key_to_string(k)));
+    }
+    return out;
+  }
+  if (value.is_list() || value.is<Tuple>()) {
+    const std::vector<Value>& items = value.is_list() ? value.list() : value.get<Tuple>().items;
+    std::vector<Value> out;
+    for (size_t i = 0; i < items.size(); ++i) {
+      out.push_back(stage(items[i], slot, path + "[" + std::to_string(i) + "]"));
+    }
+    if (value.is_list()) return List(std::move(out));
+    return Tuple{std::move(out)};
+  }
+  return value;  // plain values are copied
+}
+
+std::shared_future<Metadata> DefaultStager::submit(const StateDict& state,
+                                                   std::shared_ptr<StorageWriter> writer,
+                                                   const SaveOptions& options,
+                                                   const std::optional<std::string>& checkpoint_id) {
+  TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
+  Communicator* bg = background_comm(options.no_dist ? nullptr : options.comm);
+  Slot* slot = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    TORCH_CHECK(!stopping_, "async_save on a stager that is shutting down");
+    cv_.wait(lock, [&] {
+      for (auto& s : slots_) {
+        if (!s->busy) {
+          slot = s.get();
+          return true;
+        }
+      }
+      return false;
+    });
+    slot->busy = true;
+  }
+  auto task = std::make_unique<Task>();
+  try {
+    task->staged = stage(Value(state), *slot, "").dict();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slot->busy = false;
+    cv_.notify_all();
+    throw;
+  }
+  task->writer = std::move(writer);
+  task->options = options;
+  task->options.comm = bg;
+  task->options.no_dist = bg == nullptr;
+  task->checkpoint_id = checkpoint_id;
+  task->slot = slot;
+  std::shared_future<Metadata> future = task->promise.get_future().share();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+  return future;
+}
+
+void AsyncSaveFuture::wait() const {
+  TORCH_CHECK(future_.valid(), "AsyncSaveFuture: no save");
+  future_.wait();
+}
+
+bool AsyncSaveFuture::done() const {
+  TORCH_CHECK(future_.valid(), "AsyncSaveFuture: no save");
+  return future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+Metadata AsyncSaveFuture::get() const {
+  TORCH_CHECK(future_.valid(), "AsyncSaveFuture: no save");
+  return future_.get();
+}
+
+AsyncSaveFuture async_save(const StateDict& state, std::shared_ptr<StorageWriter> writer,
+                           const AsyncSaveOptions& options,
+                           const std::optional<std::string>& checkpoint_id) {
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<DefaultStager> stager = options.stager;
+  std::shared_ptr<DefaultStager> owned;
+  if (!stager) owned = stager = std::make_shared<DefaultStager>();
+  SaveOptions save_options;
+  save_options.planner = options.planner;
+  save_options.comm = options.comm;
+  save_options.no_dist = options.no_dist;
+  save_options.coordinator_rank = options.coordinator_rank;
+  auto future = AsyncSaveAccess::submit(*stager, state, std::move(writer), save_options, checkpoint_id);
+  const double blocking =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return AsyncSaveAccess::make(std::move(future), std::move(owned), blocking);
+}
+
+AsyncSaveFuture async_save(const StateDict& state, const std::string& checkpoint_id,
+                           const AsyncSaveOptions& options) {
+  return async_save(state, std::make_shared<FileSystemWriter>(), options, checkpoint_id);
+}
+
+}  // namespace dcp

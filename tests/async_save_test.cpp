@@ -1,0 +1,168 @@
+// dcp::async_save: staged values are those of the call, buffers are reused, failures reach
+// every rank's handle, the next save works, and pending saves survive their handles.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "dcp/dcp.h"
+#include "testing/sharded_state.h"
+#include "testing/test_util.h"
+
+namespace dcp {
+namespace {
+
+StateDict load_like(const StateDict& like, MemoryStorage& storage, const std::string& id) {
+  StateDict out = testing::blank_like(like);
+  MemoryReader reader(storage, id);
+  load(out, reader);
+  return out;
+}
+
+TEST(AsyncSaveTest, EachSaveHoldsTheValuesOfItsOwnCall) {
+  MemoryStorage storage;
+  auto stager = std::make_shared<DefaultStager>();
+  AsyncSaveOptions options;
+  options.stager = stager;
+  StateDict sd;
+  sd["w"] = at::zeros({64, 64});
+  sd["b"] = at::zeros({64}, at::kInt);
+  sd["step"] = 0;
+  std::vector<AsyncSaveFuture> pending;
+  for (int step = 1; step <= 4; ++step) {
+    sd["w"].tensor().fill_(static_cast<double>(step));
+    sd["b"].tensor().fill_(step * 10);
+    sd["step"] = step;
+    pending.push_back(
+        async_save(sd, std::make_shared<MemoryWriter>(storage, "s" + std::to_string(step)), options));
+    // Mutate everything right away: the save must not see it.
+    sd["w"].tensor().fill_(-1.0);
+    sd["b"].tensor().fill_(-1);
+  }
+  for (int step = 1; step <= 4; ++step) {
+    pending[step - 1].get();
+    StateDict loaded = load_like(sd, storage, "s" + std::to_string(step));
+    EXPECT_TRUE(at::equal(loaded["w"].tensor(), at::full({64, 64}, static_cast<double>(step))))
+        << "save " << step << " does not hold its own weights";
+    EXPECT_TRUE(at::equal(loaded["b"].tensor(), at::full({64}, step * 10, at::kInt)));
+    EXPECT_EQ(loaded["step"], Value(step));
+  }
+  // Warm buffers: one allocation per tensor, then only reuse.
+  const StagingStats stats = stager->stats();
+  EXPECT_EQ(stats.allocations, 2);
+  EXPECT_EQ(stats.reuses, 6);
+  EXPECT_EQ(stats.saves, 4);
+}
+
+TEST(AsyncSaveTest, AtMostMaxInFlightSavesAndTheirMemory) {
+  StagingOptions staging;
+  staging.max_in_flight = 2;
+  auto stager = std::make_shared<DefaultStager>(staging);
+  AsyncSaveOptions options;
+  options.stager = stager;
+  MemoryStorage storage;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {256, 256}, 1);
+  std::vector<AsyncSaveFuture> pending;
+  for (int i = 0; i < 6; ++i) {
+    pending.push_back(async_save(sd, std::make_shared<MemoryWriter>(storage, "c" + std::to_string(i)), options));
+  }
+  for (auto& p : pending) p.get();
+  // Two slots, each with its own buffer, never more.
+  EXPECT_EQ(stager->stats().allocations, 2);
+  EXPECT_EQ(stager->stats().bytes_allocated, 2 * 256 * 256 * 4);
+}
+
+TEST(AsyncSaveTest, AFailureOnOneRankReachesEveryHandleAndTheNextSaveWorks) {
+  MemoryStorage storage;
+  std::vector<std::string> messages(3);
+  run_in_process(3, [&](Communicator& comm) {
+    auto stager = std::make_shared<DefaultStager>();
+    AsyncSaveOptions options;
+    options.comm = &comm;
+    options.stager = stager;
+    StateDict sd = testing::sharded_state(comm.rank(), 3, testing::Layout::kRow, false);
+    auto real = std::make_shared<MemoryWriter>(storage, "bad");
+    auto faulty = std::make_shared<testing::FaultInjectionWriter>(
+        *real, comm.rank() == 1 ? testing::FaultPoint::kWriteData : testing::FaultPoint::kNone);
+    // The wrapper borrows `real`, which outlives the save: get() returns before it goes away.
+    AsyncSaveFuture failed = async_save(sd, faulty, options);
+    try {
+      failed.get();
+    } catch (const c10::Error& e) {
+      messages[comm.rank()] = e.what_without_backtrace();
+    }
+    AsyncSaveFuture next = async_save(sd, std::make_shared<MemoryWriter>(storage, "good"), options);
+    next.get();
+  });
+  for (const auto& m : messages) {
+    EXPECT_NE(m.find("failed on rank 1 of 3"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(storage.get("bad", ".metadata").has_value());
+  run_in_process(2, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), 2, testing::Layout::kColumn, true);
+    MemoryReader reader(storage, "good");
+    LoadOptions options;
+    options.comm = &comm;
+    load(sd, reader, options);
+    const std::string diff = testing::check_sharded_state(sd, comm.rank(), 2, testing::Layout::kColumn);
+    TORCH_CHECK(diff.empty(), diff);
+  });
+}
+
+TEST(AsyncSaveTest, TrainerCollectivesRunConcurrentlyOnTheUserCommunicator) {
+  MemoryStorage storage;
+  run_in_process(4, [&](Communicator& comm) {
+    auto stager = std::make_shared<DefaultStager>();
+    AsyncSaveOptions options;
+    options.comm = &comm;
+    options.stager = stager;
+    for (int round = 0; round < 3; ++round) {
+      StateDict sd = testing::sharded_state(comm.rank(), 4, testing::Layout::kRow, false);
+      AsyncSaveFuture pending =
+          async_save(sd, std::make_shared<MemoryWriter>(storage, "r" + std::to_string(round)), options);
+      // The "trainer" keeps exchanging messages on its own communicator meanwhile.
+      for (int i = 0; i < 20; ++i) {
+        auto all = comm.all_gather(std::to_string(comm.rank() * 100 + i));
+        for (int r = 0; r < comm.size(); ++r) TORCH_CHECK(all[r] == std::to_string(r * 100 + i));
+      }
+      pending.get();
+    }
+  });
+  run_in_process(3, [&](Communicator& comm) {
+    StateDict sd = testing::sharded_state(comm.rank(), 3, testing::Layout::kRow, true);
+    MemoryReader reader(storage, "r2");
+    LoadOptions options;
+    options.comm = &comm;
+    load(sd, reader, options);
+    TORCH_CHECK(testing::check_sharded_state(sd, comm.rank(), 3, testing::Layout::kRow).empty());
+  });
+}
+
+TEST(AsyncSaveTest, APendingSaveCompletesWhenItsHandleAndStagerGoAway) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {512, 512}, 3);
+  {
+    AsyncSaveFuture pending = async_save(sd, dir.sub("ckpt"));  // its own stager
+    // Handle destroyed here while the save may still run: destruction waits for it.
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.sub("ckpt/.metadata")));
+  StateDict loaded;
+  loaded["w"] = at::zeros({512, 512});
+  load(loaded, dir.sub("ckpt"));
+  EXPECT_TRUE(at::equal(loaded["w"].tensor(), sd["w"].tensor()));
+
+  AsyncSaveOptions options;
+  options.stager = std::make_shared<DefaultStager>();
+  AsyncSaveFuture detached = async_save(sd, dir.sub("ckpt2"), options);
+  detached = AsyncSaveFuture();  // the handle is gone; the stager still owns the save
+  options.stager.reset();        // destroying the stager waits for it
+  EXPECT_TRUE(std::filesystem::exists(dir.sub("ckpt2/.metadata")));
+}
+
+}  // namespace
+}  // namespace dcp
