@@ -40,22 +40,23 @@ struct DefaultStager::Task {
   std::optional<std::string> checkpoint_id;
   std::promise<Metadata> promise;
   Slot* slot = nullptr;
+  std::chrono::steady_clock::time_point started;
+  std::shared_ptr<double> save_seconds;
 };
 
 struct AsyncSaveAccess {
-  static AsyncSaveFuture make(std::shared_future<Metadata> f, std::shared_ptr<DefaultStager> owned,
-                              double blocking) {
+  static AsyncSaveFuture save(DefaultStager& stager, std::shared_ptr<DefaultStager> owned,
+                              const StateDict& state, std::shared_ptr<StorageWriter> writer,
+                              const SaveOptions& options, const std::optional<std::string>& id) {
+    const auto started = std::chrono::steady_clock::now();
+    auto save_seconds = std::make_shared<double>(0.0);
     AsyncSaveFuture out;
-    out.future_ = std::move(f);
+    out.future_ = stager.submit(state, std::move(writer), options, id, started, save_seconds);
+    out.blocking_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     out.owned_stager_ = std::move(owned);
-    out.blocking_seconds_ = blocking;
+    out.save_seconds_ = std::move(save_seconds);
     return out;
-  }
-  static std::shared_future<Metadata> submit(DefaultStager& stager, const StateDict& state,
-                                             std::shared_ptr<StorageWriter> writer,
-                                             const SaveOptions& options,
-                                             const std::optional<std::string>& id) {
-    return stager.submit(state, std::move(writer), options, id);
   }
 };
 
@@ -89,9 +90,16 @@ void DefaultStager::run_worker() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
+    auto finished = [&] {
+      *task->save_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - task->started).count();
+    };
     try {
-      task->promise.set_value(save(task->staged, *task->writer, task->options, task->checkpoint_id));
+      Metadata md = save(task->staged, *task->writer, task->options, task->checkpoint_id);
+      finished();
+      task->promise.set_value(std::move(md));
     } catch (...) {
+      finished();
       task->promise.set_exception(std::current_exception());
     }
     Slot* slot = task->slot;
@@ -193,7 +201,9 @@ Value DefaultStager::stage(const Value& value, Slot& slot, const std::string& pa
 std::shared_future<Metadata> DefaultStager::submit(const StateDict& state,
                                                    std::shared_ptr<StorageWriter> writer,
                                                    const SaveOptions& options,
-                                                   const std::optional<std::string>& checkpoint_id) {
+                                                   const std::optional<std::string>& checkpoint_id,
+                                                   std::chrono::steady_clock::time_point started,
+                                                   std::shared_ptr<double> save_seconds) {
   TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
   Communicator* bg = background_comm(options.no_dist ? nullptr : options.comm);
   Slot* slot = nullptr;
@@ -226,6 +236,8 @@ std::shared_future<Metadata> DefaultStager::submit(const StateDict& state,
   task->options.no_dist = bg == nullptr;
   task->checkpoint_id = checkpoint_id;
   task->slot = slot;
+  task->started = started;
+  task->save_seconds = std::move(save_seconds);
   std::shared_future<Metadata> future = task->promise.get_future().share();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -245,6 +257,11 @@ bool AsyncSaveFuture::done() const {
   return future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
+double AsyncSaveFuture::save_seconds() const {
+  wait();
+  return *save_seconds_;
+}
+
 Metadata AsyncSaveFuture::get() const {
   TORCH_CHECK(future_.valid(), "AsyncSaveFuture: no save");
   return future_.get();
@@ -253,7 +270,6 @@ Metadata AsyncSaveFuture::get() const {
 AsyncSaveFuture async_save(const StateDict& state, std::shared_ptr<StorageWriter> writer,
                            const AsyncSaveOptions& options,
                            const std::optional<std::string>& checkpoint_id) {
-  const auto start = std::chrono::steady_clock::now();
   std::shared_ptr<DefaultStager> stager = options.stager;
   std::shared_ptr<DefaultStager> owned;
   if (!stager) owned = stager = std::make_shared<DefaultStager>();
@@ -262,10 +278,8 @@ AsyncSaveFuture async_save(const StateDict& state, std::shared_ptr<StorageWriter
   save_options.comm = options.comm;
   save_options.no_dist = options.no_dist;
   save_options.coordinator_rank = options.coordinator_rank;
-  auto future = AsyncSaveAccess::submit(*stager, state, std::move(writer), save_options, checkpoint_id);
-  const double blocking =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return AsyncSaveAccess::make(std::move(future), std::move(owned), blocking);
+  return AsyncSaveAccess::save(*stager, std::move(owned), state, std::move(writer), save_options,
+                               checkpoint_id);
 }
 
 AsyncSaveFuture async_save(const StateDict& state, const std::string& checkpoint_id,

@@ -76,7 +76,9 @@ class DefaultStager {
   std::shared_future<Metadata> submit(const StateDict& state,
                                       std::shared_ptr<StorageWriter> writer,
                                       const SaveOptions& options,
-                                      const std::optional<std::string>& checkpoint_id);
+                                      const std::optional<std::string>& checkpoint_id,
+                                      std::chrono::steady_clock::time_point started,
+                                      std::shared_ptr<double> save_seconds);
   Value stage(const Value& value, Slot& slot, const std::string& path);
   at::Tensor stage_tensor(const at::Tensor& src, Slot& slot, const std::string& key);
   Communicator* background_comm(Communicator* user_comm);
@@ -107,12 +109,15 @@ class AsyncSaveFuture {
   Metadata get() const;
   /// Seconds the caller was blocked in async_save (waiting for a slot, then staging).
   double blocking_seconds() const { return blocking_seconds_; }
+  /// Waits, then returns the seconds from the async_save call until the save finished.
+  double save_seconds() const;
 
  private:
   friend struct AsyncSaveAccess;
   std::shared_future<Metadata> future_;
   std::shared_ptr<DefaultStager> owned_stager_;  // set when async_save made the stager
   double blocking_seconds_ = 0;
+  std::shared_ptr<const double> save_seconds_;  // written by the worker before the future is ready
 };
 
 struct AsyncSaveOptions {

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the async-save and multi-rank tests with ThreadSanitizer in <build_dir>/tsan and runs
+# them. ctest runs this (test 'tsan_async_save', label 'tsan'); exit 0 only when TSAN reports
+# nothing. LibTorch itself is not instrumented; tools/tsan.supp lists what is suppressed there.
+#
+#   tools/tsan_async.sh <build_dir> <torch_cmake_prefix>
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${1:?usage: tsan_async.sh <build_dir> <torch_cmake_prefix>}/tsan"
+PREFIX="${2:?usage: tsan_async.sh <build_dir> <torch_cmake_prefix>}"
+if [[ ! -f "$BUILD/build.ninja" ]]; then
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_PREFIX_PATH="$PREFIX" -DDCP_WITH_MPI=OFF -DDCP_WITH_NCCL=OFF \
+    -DDCP_BUILD_EXAMPLES=OFF -DDCP_BUILD_BENCHMARKS=OFF \
+    -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
+fi
+cmake --build "$BUILD" -j "$(nproc)" --target async_save_test distributed_test
+export TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$ROOT/tools/tsan.supp"
+export OMP_NUM_THREADS=1
+"$BUILD/tests/async_save_test"
+"$BUILD/tests/distributed_test"
+echo "ThreadSanitizer: no reports"
