@@ -32,6 +32,7 @@ class Backend {
 
 class FileSystemBackend : public Backend {
  public:
+  explicit FileSystemBackend(bool ranged_reads = true) : ranged_reads_(ranged_reads) {}
   std::unique_ptr<StorageWriter> writer(const std::string& id, int threads,
                                         bool single_file_per_rank) override {
     FileSystemWriterOptions o;
@@ -40,7 +41,9 @@ class FileSystemBackend : public Backend {
     return std::make_unique<FileSystemWriter>(dir_.sub(id), o);
   }
   std::unique_ptr<StorageReader> reader(const std::string& id) override {
-    return std::make_unique<FileSystemReader>(dir_.sub(id));
+    FileSystemReaderOptions o;
+    o.ranged_reads = ranged_reads_;
+    return std::make_unique<FileSystemReader>(dir_.sub(id), o);
   }
   std::vector<std::string> files(const std::string& id) override {
     if (!detail::is_directory(dir_.sub(id))) return {};
@@ -56,6 +59,7 @@ class FileSystemBackend : public Backend {
   }
 
  private:
+  bool ranged_reads_;
   testing::TempDir dir_;
 };
 
@@ -225,6 +229,8 @@ INSTANTIATE_TEST_SUITE_P(
     Backends, StorageConformanceTest,
     ::testing::Values(
         std::make_pair("FileSystem", BackendFactory([] { return std::make_unique<FileSystemBackend>(); })),
+        std::make_pair("FileSystemSimplePath",
+                       BackendFactory([] { return std::make_unique<FileSystemBackend>(false); })),
         std::make_pair("Memory", BackendFactory([] { return std::make_unique<MemoryBackend>(); }))),
     [](const auto& info) { return std::string(info.param.first); });
 

@@ -68,6 +68,9 @@ class FileSystemWriter : public StorageWriter {
 struct FileSystemReaderOptions {
   /// IO threads per rank.
   int thread_count = 1;
+  /// Read only the byte ranges the destination needs, straight into destination memory when
+  /// the layouts allow. false forces the simple path: read each saved chunk whole, then copy.
+  bool ranged_reads = true;
 };
 
 /// Reads a checkpoint directory written by dcp or by Python DCP.

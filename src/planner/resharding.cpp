@@ -58,29 +58,45 @@ std::vector<ReadItem> create_read_items_for_chunk_list(
   return reads;
 }
 
+// Bounds and volume per chunk; overlaps by a sweep along the dimension with the largest extent
+// (chunks sorted by their start there; each is compared only with the chunks that start before
+// it ends), so row-sharded tensors over many ranks cost O(n log n), as in newer PyTorch.
 std::string validate_global_plan(const Metadata& metadata, size_t num_plans) {
   for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
     const auto* t = std::get_if<TensorStorageMetadata>(&entry);
     if (t == nullptr || t->size.empty()) continue;
     int64_t covered = 0;
+    std::vector<size_t> nonempty;
     for (size_t i = 0; i < t->chunks.size(); ++i) {
       const auto& c = t->chunks[i];
       if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size()) {
         return c10::str("'", fqn, "': chunk ", i, " has the wrong number of dimensions");
       }
       const int64_t v = volume(c.sizes);
+      if (v == 0) continue;
       for (size_t d = 0; d < t->size.size(); ++d) {
-        if (v != 0 && (c.offsets[d] < 0 || c.sizes[d] < 0 ||
-                       c.offsets[d] + c.sizes[d] > t->size[d])) {
+        if (c.offsets[d] < 0 || c.sizes[d] < 0 || c.offsets[d] + c.sizes[d] > t->size[d]) {
           return c10::str("'", fqn, "': chunk ", i, " at offsets ", c10::IntArrayRef(c.offsets),
                           " sizes ", c10::IntArrayRef(c.sizes), " leaves the tensor's shape ",
                           c10::IntArrayRef(t->size));
         }
       }
       covered += v;
-      for (size_t j = 0; j < i; ++j) {
-        if (v != 0 && volume(t->chunks[j].sizes) != 0 && overlaps(c, t->chunks[j])) {
-          return c10::str("'", fqn, "': chunks ", j, " and ", i, " overlap");
+      nonempty.push_back(i);
+    }
+    const size_t dim = static_cast<size_t>(
+        std::max_element(t->size.begin(), t->size.end()) - t->size.begin());
+    std::sort(nonempty.begin(), nonempty.end(), [&](size_t a, size_t b) {
+      return t->chunks[a].offsets[dim] < t->chunks[b].offsets[dim];
+    });
+    for (size_t x = 0; x < nonempty.size(); ++x) {
+      const auto& a = t->chunks[nonempty[x]];
+      for (size_t y = x + 1; y < nonempty.size(); ++y) {
+        const auto& b = t->chunks[nonempty[y]];
+        if (b.offsets[dim] >= a.offsets[dim] + a.sizes[dim]) break;
+        if (overlaps(a, b)) {
+          return c10::str("'", fqn, "': chunks ", std::min(nonempty[x], nonempty[y]), " and ",
+                          std::max(nonempty[x], nonempty[y]), " overlap");
         }
       }
     }

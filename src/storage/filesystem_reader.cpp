@@ -89,7 +89,7 @@ std::future<void> FileSystemReader::read_data(const LoadPlan& plan, LoadPlanner&
         [this](const std::string& relative) {
           return std::make_shared<PosixInputFile>(path_, relative);
         },
-        options_.thread_count, rank_);
+        options_.thread_count, rank_, options_.ranged_reads);
     promise.set_value();
   } catch (...) {
     promise.set_exception(std::current_exception());

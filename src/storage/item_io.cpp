@@ -185,10 +185,46 @@ at::Tensor narrow_box(at::Tensor t, const std::vector<int64_t>& offsets,
   return t;
 }
 
+bool is_row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  int64_t expected = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// Note [Ranged reads]: only the bytes between the box's first and last element are read, and
+// when they are exactly the box in row-major order and the destination is a contiguous tensor
+// of the same dtype, they are read straight into the destination's memory. A row-sharded
+// reshard thus reads what it needs and nothing else, with no intermediate copy.
+void read_box(const ArchiveSource& source, const TensorRecord& record, const ReadItem& item,
+              at::Tensor& dest) {
+  const int64_t itemsize = static_cast<int64_t>(c10::elementSize(record.dtype));
+  int64_t first = record.storage_offset, last = record.storage_offset, numel = 1;
+  for (size_t d = 0; d < record.sizes.size(); ++d) {
+    if (item.lengths[d] == 0) return;  // nothing to copy
+    first += item.storage_offsets[d] * record.strides[d];
+    last += (item.storage_offsets[d] + item.lengths[d] - 1) * record.strides[d];
+    numel *= item.lengths[d];
+  }
+  const int64_t count = last - first + 1;
+  const uint64_t begin = record.data_offset + static_cast<uint64_t>(first * itemsize);
+  const uint64_t nbytes = static_cast<uint64_t>(count * itemsize);
+  if (count == numel && is_row_major(record.sizes, record.strides) && dest.is_contiguous() &&
+      dest.scalar_type() == record.dtype && dest.device().is_cpu()) {
+    source.read(begin, dest.data_ptr(), nbytes);
+    return;
+  }
+  at::Tensor span = at::empty({count}, at::TensorOptions().dtype(record.dtype));
+  source.read(begin, span.data_ptr(), nbytes);
+  dest.copy_(span.as_strided(item.lengths, record.strides, 0));
+}
+
 }  // namespace
 
 void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
-                const FileOpener& open, int thread_count, int rank) {
+                const FileOpener& open, int thread_count, int rank, bool ranged_reads) {
   // Group by saved item, so each record is read once.
   std::map<MetadataIndex, std::vector<const ReadItem*>> groups;
   for (const auto& item : plan.items) groups[item.storage_index].push_back(&item);
@@ -223,13 +259,32 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
         for (const ReadItem* item : items) planner.load_bytes(*item, value);
         return;
       }
-      const at::Tensor saved = read_tensor_archive(source);
+      if (!ranged_reads) {  // the simple path: the whole saved chunk, then copies
+        const at::Tensor saved = read_tensor_archive(source);
+        for (const ReadItem* item : items) {
+          at::Tensor src = narrow_box(saved, item->storage_offsets, item->lengths);
+          at::Tensor dest = planner.resolve_tensor(*item);
+          TORCH_CHECK(dest.sizes() == src.sizes(), "destination box ", dest.sizes(),
+                      " does not match the saved box ", src.sizes());
+          dest.copy_(src);
+          planner.commit_tensor(*item, dest);
+        }
+        return;
+      }
+      const TensorRecord record = read_tensor_record(source);
       for (const ReadItem* item : items) {
-        at::Tensor src = narrow_box(saved, item->storage_offsets, item->lengths);
         at::Tensor dest = planner.resolve_tensor(*item);
-        TORCH_CHECK(dest.sizes() == src.sizes(), "destination box ", dest.sizes(),
-                    " does not match the saved box ", src.sizes());
-        dest.copy_(src);
+        TORCH_CHECK(dest.sizes() == c10::IntArrayRef(item->lengths), "destination box ",
+                    dest.sizes(), " does not match the saved box ",
+                    c10::IntArrayRef(item->lengths));
+        TORCH_CHECK(item->storage_offsets.size() == record.sizes.size(), "the saved record has ",
+                    record.sizes.size(), " dimensions, the read ", item->storage_offsets.size());
+        for (size_t d = 0; d < record.sizes.size(); ++d) {
+          TORCH_CHECK(item->storage_offsets[d] + item->lengths[d] <= record.sizes[d],
+                      "the read box leaves the saved chunk of shape ",
+                      c10::IntArrayRef(record.sizes));
+        }
+        read_box(source, record, *item, dest);
         planner.commit_tensor(*item, dest);
       }
     } catch (const c10::Error& e) {

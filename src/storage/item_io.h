@@ -62,9 +62,11 @@ class InputFile {
 
 using FileOpener = std::function<std::shared_ptr<const InputFile>(const std::string& relative)>;
 
-/// Executes a load plan: for every saved item the plan touches, reads its record once and
-/// hands the pieces to the planner (load_bytes, or resolve_tensor + copy + commit_tensor).
+/// Executes a load plan: for every saved item the plan touches, hands the pieces to the planner
+/// (load_bytes, or resolve_tensor + copy + commit_tensor). With `ranged_reads`, only the byte
+/// range each read needs is read, straight into the destination when the layout allows (Note
+/// [Ranged reads]); without, each saved chunk is read whole and copied from (the simple path).
 void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
-                const FileOpener& open, int thread_count, int rank);
+                const FileOpener& open, int thread_count, int rank, bool ranged_reads = true);
 
 }  // namespace dcp::detail

@@ -1,0 +1,61 @@
+// The benchmark's state dict: a transformer-like model (embedding, attention and MLP weights,
+// norms) with its Adam state, every tensor row-sharded over the ranks like FSDP / DTensor
+// Shard(0). bench/python_dcp_bench.py builds the same shapes for Python DCP.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "dcp/dcp.h"
+
+namespace dcp::bench {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+/// Parameter shapes for about `mib` MiB of parameters + Adam state (float32), width 1024.
+inline std::vector<TensorSpec> model_specs(int64_t mib) {
+  const int64_t d = 1024, vocab = 8192;
+  const int64_t per_layer_mib = (12 * d * d + 2 * d) * 4 * 3 / (1024 * 1024);
+  const int64_t layers = std::max<int64_t>(1, (mib - vocab * d * 4 * 3 / (1024 * 1024)) / per_layer_mib);
+  std::vector<TensorSpec> specs = {{"embed.weight", {vocab, d}}};
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    specs.push_back({p + "attn.qkv.weight", {3 * d, d}});
+    specs.push_back({p + "attn.out.weight", {d, d}});
+    specs.push_back({p + "mlp.up.weight", {4 * d, d}});
+    specs.push_back({p + "mlp.down.weight", {d, 4 * d}});
+    specs.push_back({p + "norm1.weight", {d}});
+    specs.push_back({p + "norm2.weight", {d}});
+  }
+  return specs;
+}
+
+/// This rank's shards of model + Adam state (random values, or zeros as a load destination).
+/// Returns the state and adds its tensor bytes to *bytes.
+inline StateDict make_state(const std::vector<TensorSpec>& specs, int rank, int world, bool zeros,
+                            int64_t* bytes) {
+  Dict model, optim_state;
+  auto shard = [&](const TensorSpec& s) {
+    auto box = compute_local_box(s.shape, {world}, {rank}, {Placement::Shard(0)});
+    at::Tensor t = zeros ? at::zeros(box.sizes) : at::randn(box.sizes);
+    *bytes += t.numel() * 4;
+    return ShardedTensor(s.shape, at::kFloat, {Shard{t, box.offsets}});
+  };
+  for (const auto& s : specs) {
+    model[s.name] = shard(s);
+    optim_state[s.name] = Dict{{std::string("exp_avg"), Value(shard(s))},
+                               {std::string("exp_avg_sq"), Value(shard(s))}};
+  }
+  StateDict sd;
+  sd["model"] = model;
+  sd["optim"] = Dict{{std::string("state"), Value(optim_state)}};
+  sd["step"] = 1000;
+  return sd;
+}
+
+}  // namespace dcp::bench

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The benchmark harness: on the same data and world size, in one go,
+#   Python DCP (torch 2.13 from the repo's venv, gloo processes): save; load at the same world
+#   size; load at another world size (resharding);
+#   dcp (mpirun): the same three;
+#   the raw disk: O_DIRECT sequential write and read of the same byte count;
+# then prints wall time, GB/s, peak RSS overhead per rank, bytes read against bytes needed, and
+# the ratios dcp / Python and dcp / raw disk. Page cache: files are evicted before every load.
+#
+#   bench/run_bench.sh [build_dir=build] [MiB=2048] [ranks=4] [reshard_ranks=3] [work_dir]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${1:-$ROOT/build}"
+MIB="${2:-2048}"
+N="${3:-4}"
+M="${4:-3}"
+WORK="${5:-$BUILD/bench_work}"
+PY="$ROOT/.venv/bin/python"
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl self,vader)
+rm -rf "$WORK" && mkdir -p "$WORK"
+LOG="$WORK/results.txt"
+: > "$LOG"
+run() { local name=$1; shift; echo "== $name" >&2; "$@" | grep '^RESULT' | sed "s/^RESULT/RESULT case=$name/" | tee -a "$LOG" >&2; }
+
+run python_save "$PY" "$ROOT/bench/python_dcp_bench.py" save "$WORK/py" "$MIB" "$N"
+run python_load "$PY" "$ROOT/bench/python_dcp_bench.py" load "$WORK/py" "$MIB" "$N"
+run python_reshard "$PY" "$ROOT/bench/python_dcp_bench.py" load "$WORK/py" "$MIB" "$M"
+rm -rf "$WORK/py"
+run dcp_save "${MPIRUN[@]}" -np "$N" "$BUILD/bench/dcp_bench" save "$WORK/cpp" "$MIB"
+run dcp_load "${MPIRUN[@]}" -np "$N" "$BUILD/bench/dcp_bench" load "$WORK/cpp" "$MIB"
+run dcp_reshard "${MPIRUN[@]}" -np "$M" "$BUILD/bench/dcp_bench" load "$WORK/cpp" "$MIB"
+BYTES=$(du -sb "$WORK/cpp" | cut -f1)
+rm -rf "$WORK/cpp"
+run raw "$BUILD/bench/raw_disk_bench" "$WORK" "$BYTES" "$N"
+
+"$PY" - "$LOG" "$N" "$M" <<'PYEOF'
+import sys
+rows = {}
+for line in open(sys.argv[1]):
+    kv = dict(p.split("=", 1) for p in line.split()[1:])
+    rows[kv["case"] + ("_" + kv["op"] if kv["case"] == "raw" else "")] = kv
+n, m = sys.argv[2], sys.argv[3]
+def gbps(r): return float(r["bytes"]) / float(r["seconds"]) / 1e9
+print(f"\n{'case':<28}{'wall s':>9}{'GB/s':>8}{'peak RSS +MiB/rank':>20}{'read/needed':>13}")
+for key, label in [("python_save", f"Python DCP save ({n})"), ("dcp_save", f"dcp save ({n})"),
+                   ("python_load", f"Python DCP load ({n})"), ("dcp_load", f"dcp load ({n})"),
+                   ("python_reshard", f"Python DCP load ({n}->{m})"), ("dcp_reshard", f"dcp load ({n}->{m})"),
+                   ("raw_raw_write", "raw O_DIRECT write"), ("raw_raw_read", "raw O_DIRECT read")]:
+    r = rows.get(key)
+    if not r: continue
+    ratio = (f"{float(r['read_bytes'])/float(r['bytes']):.2f}x"
+             if "read_bytes" in r and r["op"] == "load" else "")
+    rss = r.get("peak_rss_overhead_mib", "")
+    print(f"{label:<28}{float(r['seconds']):>9.2f}{gbps(r):>8.2f}{rss:>20}{ratio:>13}")
+print()
+for op, py, ours, raw in [("save", "python_save", "dcp_save", "raw_raw_write"),
+                          ("load", "python_load", "dcp_load", "raw_raw_read"),
+                          ("reshard load", "python_reshard", "dcp_reshard", "raw_raw_read")]:
+    if py in rows and ours in rows:
+        line = f"{op:<14} dcp / Python throughput: {gbps(rows[ours])/gbps(rows[py]):.2f}x"
+        if raw in rows:
+            line += f"   dcp / raw disk: {gbps(rows[ours])/gbps(rows[raw]):.2f}"
+        print(line)
+if "raw_raw_write" in rows and rows["raw_raw_write"].get("direct") == "0":
+    print("(the file system refused O_DIRECT: the raw baseline is buffered IO + fsync)")
+PYEOF
