@@ -102,15 +102,7 @@ TEST(AsyncSaveTest, AFailureOnOneRankReachesEveryHandleAndTheNextSaveWorks) {
     EXPECT_NE(m.find("failed on rank 1 of 3"), std::string::npos) << m;
   }
   EXPECT_FALSE(storage.get("bad", ".metadata").has_value());
-  run_in_process(2, [&](Communicator& comm) {
-    StateDict sd = testing::sharded_state(comm.rank(), 2, testing::Layout::kColumn, true);
-    MemoryReader reader(storage, "good");
-    LoadOptions options;
-    options.comm = &comm;
-    load(sd, reader, options);
-    const std::string diff = testing::check_sharded_state(sd, comm.rank(), 2, testing::Layout::kColumn);
-    TORCH_CHECK(diff.empty(), diff);
-  });
+  testing::load_in_process_and_check(storage, "good", 2, testing::Layout::kColumn);
 }
 
 TEST(AsyncSaveTest, TrainerCollectivesRunConcurrentlyOnTheUserCommunicator) {
@@ -132,14 +124,7 @@ TEST(AsyncSaveTest, TrainerCollectivesRunConcurrentlyOnTheUserCommunicator) {
       pending.get();
     }
   });
-  run_in_process(3, [&](Communicator& comm) {
-    StateDict sd = testing::sharded_state(comm.rank(), 3, testing::Layout::kRow, true);
-    MemoryReader reader(storage, "r2");
-    LoadOptions options;
-    options.comm = &comm;
-    load(sd, reader, options);
-    TORCH_CHECK(testing::check_sharded_state(sd, comm.rank(), 3, testing::Layout::kRow).empty());
-  });
+  testing::load_in_process_and_check(storage, "r2", 3, testing::Layout::kRow);
 }
 
 TEST(AsyncSaveTest, APendingSaveCompletesWhenItsHandleAndStagerGoAway) {

@@ -34,19 +34,6 @@ Metadata save_world(MemoryStorage& storage, const std::string& id, int world, La
   return md;
 }
 
-void load_world_and_check(MemoryStorage& storage, const std::string& id, int world,
-                          Layout layout) {
-  run_in_process(world, [&](Communicator& comm) {
-    StateDict sd = testing::sharded_state(comm.rank(), world, layout, true);
-    MemoryReader reader(storage, id);
-    LoadOptions options;
-    options.comm = &comm;
-    load(sd, reader, options);
-    const std::string diff = testing::check_sharded_state(sd, comm.rank(), world, layout);
-    TORCH_CHECK(diff.empty(), diff);
-  });
-}
-
 TEST(InProcessCommunicatorTest, CollectivesDeliverWhatTheyPromise) {
   run_in_process(4, [](Communicator& comm) {
     const std::string me = "r" + std::to_string(comm.rank());
@@ -76,7 +63,7 @@ TEST_P(ReshardingTest, LoadsBitwiseAtAnotherWorldSizeAndLayout) {
   const Resharding p = GetParam();
   MemoryStorage storage;
   save_world(storage, "ckpt", p.save_world, p.save_layout);
-  load_world_and_check(storage, "ckpt", p.load_world, p.load_layout);
+  testing::load_in_process_and_check(storage, "ckpt", p.load_world, p.load_layout);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -181,7 +168,7 @@ TEST(DistributedSaveTest, AFailureOnOneRankRaisesOnEveryRankAndKeepsTheLastCheck
   // The failed save into the same id left no metadata; a fresh save there works again.
   EXPECT_FALSE(storage.get("ckpt", ".metadata").has_value());
   save_world(storage, "ckpt", 4, Layout::kRow);
-  load_world_and_check(storage, "ckpt", 2, Layout::kRow);
+  testing::load_in_process_and_check(storage, "ckpt", 2, Layout::kRow);
 }
 
 TEST(DistributedSaveTest, AFailedSaveElsewhereLeavesTheEarlierCheckpointLoadable) {

@@ -78,4 +78,17 @@ std::string check_sharded_state(const StateDict& actual, int rank, int world, La
                                  layout_name(layout) + ": " + diff;
 }
 
+void load_in_process_and_check(MemoryStorage& storage, const std::string& id, int world,
+                               Layout layout) {
+  run_in_process(world, [&](Communicator& comm) {
+    StateDict sd = sharded_state(comm.rank(), world, layout, true);
+    MemoryReader reader(storage, id);
+    LoadOptions options;
+    options.comm = &comm;
+    load(sd, reader, options);
+    const std::string diff = check_sharded_state(sd, comm.rank(), world, layout);
+    TORCH_CHECK(diff.empty(), diff);
+  });
+}
+
 }  // namespace dcp::testing

@@ -31,4 +31,9 @@ std::string check_sharded_state(const StateDict& actual, int rank, int world, La
 
 const char* layout_name(Layout layout);
 
+/// Loads checkpoint `id` of `storage` on `world` in-process ranks into zeroed sharded_state()s
+/// of `layout` and throws naming the first difference.
+void load_in_process_and_check(MemoryStorage& storage, const std::string& id, int world,
+                               Layout layout);
+
 }  // namespace dcp::testing
