@@ -4,7 +4,11 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -147,6 +151,23 @@ TEST(AsyncSaveTest, APendingSaveCompletesWhenItsHandleAndStagerGoAway) {
   detached = AsyncSaveFuture();  // the handle is gone; the stager still owns the save
   options.stager.reset();        // destroying the stager waits for it
   EXPECT_TRUE(std::filesystem::exists(dir.sub("ckpt2/.metadata")));
+}
+
+TEST(AsyncSaveTest, ProcessExitWithASavePendingLeavesNoPartialCheckpoint) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {256, 256}, 5);
+  save(sd, dir.sub("earlier"));
+  // A separate process (tests/async_exit_tool.cpp) starts a save and _exits while it is pending.
+  const std::string cmd = std::string(DCP_ASYNC_EXIT_TOOL) + " " + dir.sub("pending");
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "the process crashed";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the save was not pending any more";
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("pending/.metadata")));
+  StateDict loaded;
+  loaded["w"] = at::zeros({256, 256});
+  load(loaded, dir.sub("earlier"));
+  EXPECT_TRUE(at::equal(loaded["w"].tensor(), sd["w"].tensor()));
 }
 
 }  // namespace

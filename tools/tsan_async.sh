@@ -15,7 +15,7 @@ if [[ ! -f "$BUILD/build.ninja" ]]; then
     -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
 fi
-cmake --build "$BUILD" -j "$(nproc)" --target async_save_test distributed_test
+cmake --build "$BUILD" -j "$(nproc)" --target async_save_test async_exit_tool distributed_test
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$ROOT/tools/tsan.supp"
 export OMP_NUM_THREADS=1
 "$BUILD/tests/async_save_test"

@@ -17,9 +17,10 @@
 //
 // Lifetime: a save keeps running when its AsyncSaveFuture is destroyed. Destroying the
 // DefaultStager waits for its pending saves (when async_save made the stager itself, the
-// future owns it, so destroying the last copy of that future waits). With MPI, finish or wait
-// for pending saves before MPI_Finalize. A process killed mid-save leaves no '.metadata': the
-// incomplete checkpoint stays invisible.
+// future owns it, so destroying the last copy of that future waits); returning from main
+// therefore finishes pending saves. With MPI, wait for pending saves before MPI_Finalize. A
+// process that ends abruptly with a save pending (_exit, a signal, a crash) abandons it: no
+// '.metadata' is written, so the incomplete checkpoint stays invisible.
 //
 // Thread-safety: call async_save from one thread per rank (the training loop).
 #pragma once
