@@ -410,10 +410,4 @@ Value read_value_archive(const ArchiveSource& source) {
   return reader.value(reader.root(), 0);
 }
 
-void MemoryArchiveSource::read(uint64_t offset, void* dst, size_t n) const {
-  TORCH_CHECK(offset <= size_ && n <= size_ - offset, "reading ", name_, " bytes [", offset, ", ",
-              offset + n, "): the item has only ", size_, " bytes");
-  std::memcpy(dst, data_ + offset, n);
-}
-
 }  // namespace dcp::detail

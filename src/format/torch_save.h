@@ -57,19 +57,4 @@ at::Tensor read_tensor_archive(const ArchiveSource& source);
 /// list, tuple, dict, OrderedDict, torch.Size and tensors).
 Value read_value_archive(const ArchiveSource& source);
 
-/// An ArchiveSource over bytes held in memory.
-class MemoryArchiveSource : public ArchiveSource {
- public:
-  MemoryArchiveSource(const char* data, uint64_t size, std::string name)
-      : data_(data), size_(size), name_(std::move(name)) {}
-  uint64_t size() const override { return size_; }
-  void read(uint64_t offset, void* dst, size_t n) const override;
-  std::string describe() const override { return name_; }
-
- private:
-  const char* data_;
-  uint64_t size_;
-  std::string name_;
-};
-
 }  // namespace dcp::detail
