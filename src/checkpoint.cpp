@@ -22,6 +22,7 @@
 #include "dcp/filesystem.h"
 #include "dist_wrapper.h"
 #include "format/metadata_codec.h"
+#include "metadata_internal.h"
 #include "planner/plan_codec.h"
 
 namespace dcp {
@@ -107,11 +108,11 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
         [&](std::vector<std::string> encoded) {
           std::vector<std::vector<WriteResult>> all_results;
           for (const auto& e : encoded) all_results.push_back(detail::decode_write_results(e));
+          std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
           for (const auto& rank_results : all_results) {
-            for (const auto& r : rank_results) {
-              metadata.storage_data.insert_or_assign(r.index, r.storage_data);
-            }
+            for (const auto& r : rank_results) entries.emplace_back(r.index, r.storage_data);
           }
+          metadata.storage_data = detail::make_storage_data(std::move(entries));
           metadata.storage_meta = storage_meta;
           metadata.version = kDcpVersion;
           writer.finish(metadata, all_results);

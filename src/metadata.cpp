@@ -1,7 +1,13 @@
-// Metadata helpers: printing, equality and dtype names.
+// Metadata helpers: printing, equality, dtype names and storage_data assembly.
 #include "dcp/metadata.h"
 
+#include <algorithm>
+#include <numeric>
+#include <string_view>
+#include <unordered_map>
+
 #include "format/dtypes.h"
+#include "metadata_internal.h"
 
 namespace dcp {
 
@@ -32,5 +38,56 @@ bool Metadata::operator==(const Metadata& o) const {
 }
 
 std::string dtype_name(c10::ScalarType dtype) { return detail::python_dtype_name(dtype); }
+
+namespace detail {
+
+std::map<MetadataIndex, StorageInfo> make_storage_data(
+    std::vector<std::pair<MetadataIndex, StorageInfo>> entries) {
+  // Intern the names (a checkpoint has far fewer tensors than chunks) and rank them in string
+  // order, so the sort below compares integers.
+  std::unordered_map<std::string_view, uint32_t> id_of;
+  std::vector<std::string_view> names;
+  std::vector<uint32_t> name_id(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto [it, inserted] = id_of.try_emplace(entries[i].first.fqn, names.size());
+    if (inserted) names.push_back(it->first);
+    name_id[i] = it->second;
+  }
+  std::vector<uint32_t> by_name(names.size());
+  std::iota(by_name.begin(), by_name.end(), 0);
+  std::sort(by_name.begin(), by_name.end(),
+            [&](uint32_t a, uint32_t b) { return names[a] < names[b]; });
+  std::vector<uint32_t> name_rank(names.size());
+  for (uint32_t r = 0; r < by_name.size(); ++r) name_rank[by_name[r]] = r;
+
+  // Bucket by name rank (a stable counting sort), then sort each bucket by offset; ties keep
+  // input order.
+  std::vector<size_t> start(names.size() + 1, 0);
+  for (size_t i = 0; i < entries.size(); ++i) ++start[name_rank[name_id[i]] + 1];
+  for (size_t r = 0; r < names.size(); ++r) start[r + 1] += start[r];
+  std::vector<size_t> order(entries.size());
+  {
+    std::vector<size_t> next(start.begin(), start.end() - 1);
+    for (size_t i = 0; i < entries.size(); ++i) order[next[name_rank[name_id[i]]]++] = i;
+  }
+  for (size_t r = 0; r < names.size(); ++r) {
+    std::sort(order.begin() + start[r], order.begin() + start[r + 1], [&](size_t a, size_t b) {
+      const auto& oa = entries[a].first.offset;
+      const auto& ob = entries[b].first.offset;
+      return oa != ob ? oa < ob : a < b;
+    });
+  }
+
+  std::map<MetadataIndex, StorageInfo> out;
+  for (size_t k = 0; k < order.size(); ++k) {
+    // Equal keys sit together in input order; the last of them wins.
+    if (k + 1 < order.size() && entries[order[k]].first == entries[order[k + 1]].first) continue;
+    auto& [index, info] = entries[order[k]];
+    out.emplace_hint(out.end(), std::move(index), std::move(info));
+  }
+  return out;
+}
+
+}  // namespace detail
 
 }  // namespace dcp

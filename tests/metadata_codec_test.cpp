@@ -50,13 +50,13 @@ TEST(MetadataCodecTest, UsesOnlyTheAllowedGlobals) {
   std::set<std::string> globals;
   std::function<void(const pickle::ObjectPtr&)> walk = [&](const pickle::ObjectPtr& o) {
     if (!o) return;
-    if (o->kind == pickle::Kind::Global) globals.insert(o->str + "." + o->name);
+    if (o->kind == pickle::Kind::Global) globals.insert(std::string(o->str) + "." + std::string(o->name));
     for (const auto& i : o->items) walk(i);
     walk(o->callable);
     walk(o->args);
     walk(o->state);
   };
-  walk(root);
+  walk(root.root());
   const std::set<std::string> allowed = {
       "torch.distributed.checkpoint.metadata.Metadata",
       "torch.distributed.checkpoint.metadata.TensorStorageMetadata",

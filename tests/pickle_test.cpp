@@ -11,7 +11,7 @@
 namespace dcp::detail::pickle {
 namespace {
 
-ObjectPtr parse(const std::string& bytes) { return unpickle(bytes.data(), bytes.size(), "test"); }
+Tree parse(const std::string& bytes) { return unpickle(bytes.data(), bytes.size(), "test"); }
 
 TEST(PickleTest, IntegersRoundTripAtEveryEncodingBoundary) {
   const std::vector<int64_t> values = {0,          1,          255,       256,
@@ -53,7 +53,7 @@ TEST(PickleTest, FloatsStringsBytesAndConstantsRoundTrip) {
   EXPECT_EQ(o->items[5]->kind, Kind::None);
   EXPECT_TRUE(o->items[6]->b);
   EXPECT_FALSE(o->items[7]->b);
-  EXPECT_EQ(o->items[8].get(), o->items[3].get());  // same memo object
+  EXPECT_EQ(o->items[8], o->items[3]);  // same memo object
 }
 
 TEST(PickleTest, ContainersAndInertCalls) {
@@ -92,6 +92,42 @@ TEST(PickleTest, ReadsProtocol4FramesStackGlobalAndMemoize) {
   ASSERT_EQ(o->items.size(), 2u);
   EXPECT_EQ(o->items[0]->str, "a");
   EXPECT_EQ(o->items[1]->i, 1);
+}
+
+TEST(PickleTest, ContainersGrowAcrossBatchesAndSparseMemoIndicesWork) {
+  // A list filled by three APPENDS batches (as Python batches by 1000), memoized under a
+  // large LONG_BINPUT index and fetched again.
+  std::string b("\x80\x02]", 3);
+  for (int batch = 0; batch < 3; ++batch) {
+    b += '(';
+    for (int k = 0; k < 1000; ++k) {
+      const int v = batch * 1000 + k;
+      b += 'M';
+      b += static_cast<char>(v & 0xff);
+      b += static_cast<char>(v >> 8);
+    }
+    b += 'e';
+  }
+  b += std::string("r\xf0\xff\xff\xff" "0" "j\xf0\xff\xff\xff" ".", 12);  // PUT, POP, GET
+  auto o = parse(b);
+  ASSERT_EQ(o->kind, Kind::List);
+  ASSERT_EQ(o->items.size(), 3000u);
+  for (int v = 0; v < 3000; ++v) ASSERT_EQ(o->items[v]->i, v) << v;
+}
+
+TEST(PickleTest, SharedConstantsAreNeverMutated) {
+  // (), None and small ints may be one shared object: SETITEMS/APPENDS/BUILD on them fail.
+  for (const auto& bytes : {std::string("\x80\x02)(K\x01K\x02u.", 10),
+                            std::string("\x80\x02)(K\x01e.", 8),
+                            std::string("\x80\x02K\x01Nb.", 7)}) {
+    EXPECT_THROW(parse(bytes), c10::Error);
+  }
+  auto o = parse(std::string("\x80\x02(K\x07)NK\x07t.", 11));
+  ASSERT_EQ(o->items.size(), 4u);
+  EXPECT_EQ(o->items[0]->i, 7);
+  EXPECT_EQ(o->items[1]->kind, Kind::Tuple);
+  EXPECT_TRUE(o->items[1]->items.empty());
+  EXPECT_EQ(o->items[2]->kind, Kind::None);
 }
 
 struct Malformed {

@@ -4,7 +4,11 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "dcp/planner.h"
+#include "metadata_internal.h"
 #include "planner/planner_helpers.h"
 
 namespace dcp {
@@ -48,6 +52,60 @@ TEST(DedupTest, ReplicatedItemsAreSpreadToBalanceBytes) {
   EXPECT_EQ(lowest[0].items.size(), 4u);
   EXPECT_TRUE(lowest[1].items.empty());
   EXPECT_TRUE(lowest[2].items.empty());
+}
+
+TEST(DedupTest, FirstSeenOrderAndReplicatedShardsOfAMesh) {
+  // Mesh (2, 2) with [Shard(0), Replicate()]: ranks 0,1 hold rows 0-1 of "w", ranks 2,3 rows
+  // 2-3; every rank holds "step"; rank 1 also a private 400-byte tensor, listed first.
+  std::vector<SavePlan> plans(4);
+  plans[1].items.push_back(tensor_item("private", {0}, {100}, {100}));  // 400 bytes
+  for (int r = 0; r < 4; ++r) {
+    const int64_t row = r < 2 ? 0 : 2;
+    plans[r].items.push_back(tensor_item("w", {row, 0}, {2, 4}, {4, 4}));  // weight 64
+    plans[r].items.push_back(bytes_item("step"));
+  }
+  auto out = detail::dedup_save_plans(plans, false);
+  auto names = [&](int r) {
+    std::vector<std::string> n;
+    for (const auto& i : out[r].items) {
+      n.push_back(i.index.fqn + (i.index.offset && !i.index.offset->empty()
+                                     ? "@" + std::to_string((*i.index.offset)[0])
+                                     : ""));
+    }
+    return n;
+  };
+  // Keys in first-seen order: w@0 (rank 0), step (rank 0), private (rank 1), w@2 (rank 2).
+  // w@0: totals 0,0 -> rank 0 (+64). step: totals 64,0,0,0 -> rank 1 (+1); private is only
+  // counted when the walk reaches it. private: rank 1 (+400). w@2: totals 0,0 -> rank 2.
+  EXPECT_EQ(names(0), (std::vector<std::string>{"w@0"}));
+  EXPECT_EQ(names(1), (std::vector<std::string>{"private@0", "step"}));
+  EXPECT_EQ(names(2), (std::vector<std::string>{"w@2"}));
+  EXPECT_TRUE(names(3).empty());
+}
+
+TEST(StorageDataTest, AnyInputOrderGivesTheSameMapAndTheLastDuplicateWins) {
+  std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
+  std::map<MetadataIndex, StorageInfo> expected;
+  for (int r = 0; r < 8; ++r) {
+    for (const char* fqn : {"b.w", "a.w", "model.layers.10.w", "model.layers.2.w"}) {
+      MetadataIndex index(fqn, std::vector<int64_t>{(7 - r) * 3, 0});
+      StorageInfo info{"__" + std::to_string(r) + "_0.distcp", r * 10, 10, {}};
+      entries.emplace_back(index, info);
+      expected.insert_or_assign(index, info);
+    }
+  }
+  entries.emplace_back(MetadataIndex("step"), StorageInfo{"__0_0.distcp", 1, 1, {}});
+  entries.emplace_back(MetadataIndex("step"), StorageInfo{"__5_0.distcp", 2, 1, {}});
+  expected.insert_or_assign(MetadataIndex("step"), StorageInfo{"__5_0.distcp", 2, 1, {}});
+  std::reverse(entries.begin(), entries.begin() + 32);  // any order of distinct keys
+  const auto got = detail::make_storage_data(entries);
+  ASSERT_EQ(got.size(), expected.size());
+  auto e = expected.begin();
+  for (const auto& [index, info] : got) {
+    EXPECT_EQ(index, e->first);
+    EXPECT_EQ(info, e->second) << index;
+    ++e;
+  }
 }
 
 TEST(GlobalPlanTest, ChunksInRankOrderWithIndexHints) {

@@ -8,6 +8,7 @@
 
 #include "format/dtypes.h"
 #include "format/pickle.h"
+#include "metadata_internal.h"
 
 namespace dcp::detail {
 namespace {
@@ -22,7 +23,13 @@ constexpr const char* kFilesystemModule = "torch.distributed.checkpoint.filesyst
 class Encoder {
  public:
   std::string encode(const Metadata& md) {
-    new_object(kMetadataModule, "Metadata");
+    // About 110 bytes per storage entry and per chunk; growing past it only costs a regrow.
+    size_t chunks = 0;
+    for (const auto& [fqn, entry] : md.state_dict_metadata) {
+      if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) chunks += t->chunks.size();
+    }
+    w_.reserve(128 * (md.storage_data.size() + chunks) + 4096);
+    new_object(metadata_cls_, kMetadataModule, "Metadata");
     w_.empty_dict();
     w_.mark();
 
@@ -32,7 +39,7 @@ class Encoder {
     for (const auto& [fqn, entry] : md.state_dict_metadata) {
       w_.str(fqn);
       if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) tensor_metadata(*t);
-      else new_object(kMetadataModule, "BytesStorageMetadata");
+      else new_object(bytes_cls_, kMetadataModule, "BytesStorageMetadata");
     }
     w_.setitems();
 
@@ -75,8 +82,21 @@ class Encoder {
   }
 
  private:
-  void new_object(const char* module, const char* name) {
-    w_.global(module, name);
+  using Slot = std::optional<pickle::Writer::MemoIndex>;
+
+  // Constant names and globals repeat once or twice per storage entry: after the first write
+  // their memo slot is fetched directly, without a table lookup.
+  void name(Slot& slot, const char* text) {
+    if (slot) w_.get(*slot);
+    else slot = w_.str(text);
+  }
+  void global(Slot& slot, const char* module, const char* name) {
+    if (slot) w_.get(*slot);
+    else slot = w_.global(module, name);
+  }
+
+  void new_object(Slot& slot, const char* module, const char* name) {
+    global(slot, module, name);
     w_.empty_tuple();
     w_.newobj();
   }
@@ -89,7 +109,7 @@ class Encoder {
   }
 
   void size(const std::vector<int64_t>& dims) {
-    w_.global("torch", "Size");
+    global(torch_size_, "torch", "Size");
     tuple_of(dims.size(), [&](size_t k) { w_.integer(dims[k]); });
     w_.tuple(1);
     w_.reduce();
@@ -101,11 +121,11 @@ class Encoder {
   }
 
   void tensor_metadata(const TensorStorageMetadata& t) {
-    new_object(kMetadataModule, "TensorStorageMetadata");
+    new_object(tensor_cls_, kMetadataModule, "TensorStorageMetadata");
     w_.empty_dict();
     w_.mark();
     w_.str("properties");
-    new_object(kMetadataModule, "TensorProperties");
+    new_object(properties_cls_, kMetadataModule, "TensorProperties");
     w_.mark();
     w_.global("torch", python_dtype_name(t.properties.dtype));
     TORCH_CHECK(t.properties.layout == c10::Layout::Strided, "only strided tensors are supported");
@@ -124,12 +144,12 @@ class Encoder {
     w_.empty_list();
     w_.mark();
     for (const auto& chunk : t.chunks) {
-      new_object(kMetadataModule, "ChunkStorageMetadata");
+      new_object(chunk_cls_, kMetadataModule, "ChunkStorageMetadata");
       w_.empty_dict();
       w_.mark();
-      w_.str("offsets");
+      name(offsets_, "offsets");
       size(chunk.offsets);
-      w_.str("sizes");
+      name(sizes_, "sizes");
       size(chunk.sizes);
       w_.setitems();
       w_.build();
@@ -140,16 +160,16 @@ class Encoder {
   }
 
   void metadata_index(const MetadataIndex& index) {
-    new_object(kMetadataModule, "MetadataIndex");
+    new_object(index_cls_, kMetadataModule, "MetadataIndex");
     w_.empty_dict();
     w_.mark();
-    w_.str("fqn");
+    name(fqn_, "fqn");
     w_.str(index.fqn);
-    w_.str("index");
+    name(index_, "index");
     if (index.index) w_.integer(*index.index);
     else w_.none();
     if (index.offset) {
-      w_.str("offset");
+      name(offset_, "offset");
       size(*index.offset);
     }
     w_.setitems();
@@ -157,14 +177,14 @@ class Encoder {
   }
 
   void storage_info(const StorageInfo& info) {
-    new_object(kFilesystemModule, "_StorageInfo");
+    new_object(info_cls_, kFilesystemModule, "_StorageInfo");
     w_.empty_dict();
     w_.mark();
-    w_.str("relative_path");
+    name(relative_path_, "relative_path");
     w_.str(info.relative_path);
-    w_.str("offset");
+    name(offset_, "offset");
     w_.integer(info.offset);
-    w_.str("length");
+    name(length_, "length");
     w_.integer(info.length);
     if (!info.transform_descriptors.empty()) {
       w_.str("transform_descriptors");
@@ -178,7 +198,9 @@ class Encoder {
   }
 
   void storage_meta(const StorageMeta& meta) {
-    new_object(kMetadataModule, "StorageMeta");
+    w_.global(kMetadataModule, "StorageMeta");
+    w_.empty_tuple();
+    w_.newobj();
     w_.empty_dict();
     w_.mark();
     w_.str("checkpoint_id");
@@ -197,6 +219,9 @@ class Encoder {
   }
 
   pickle::Writer w_;
+  Slot metadata_cls_, bytes_cls_, tensor_cls_, properties_cls_, chunk_cls_, index_cls_,
+      info_cls_, torch_size_;
+  Slot offsets_, sizes_, fqn_, index_, offset_, relative_path_, length_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -206,37 +231,43 @@ using pickle::Kind;
 using pickle::Object;
 using pickle::ObjectPtr;
 
+// Checks build no message unless they fail: a '.metadata' holds millions of values.
 class Decoder {
  public:
   explicit Decoder(const std::string& source) : source_(source) {}
 
-  Metadata decode(const ObjectPtr& root) {
+  Metadata decode(ObjectPtr root) {
     expect_instance(root, kMetadataModule, "Metadata", "the root object");
     Metadata md;
     bool saw_state_dict_metadata = false;
-    for_each_field(root, "Metadata", [&](const std::string& field, const ObjectPtr& value) {
+    for_each_field(root, "Metadata", [&](std::string_view field, ObjectPtr value) {
       if (field == "state_dict_metadata") {
         saw_state_dict_metadata = true;
-        for_each_entry(value, "state_dict_metadata", [&](const ObjectPtr& k, const ObjectPtr& v) {
-          const std::string fqn = as_str(k, "a state_dict_metadata key");
-          md.state_dict_metadata.emplace(fqn, storage_metadata(v, fqn));
+        for_each_entry(value, "state_dict_metadata", [&](ObjectPtr k, ObjectPtr v) {
+          std::string fqn = as_str(k, "a state_dict_metadata key");
+          StorageMetadata entry = storage_metadata(v, fqn);
+          md.state_dict_metadata.insert_or_assign(md.state_dict_metadata.end(), std::move(fqn),
+                                                  std::move(entry));
         });
       } else if (field == "planner_data") {
         md.planner_data = planner_data(value);
       } else if (field == "storage_data") {
         if (value->kind == Kind::None) return;
-        for_each_entry(value, "storage_data", [&](const ObjectPtr& k, const ObjectPtr& v) {
+        std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
+        entries.reserve(value->items.size() / 2);
+        for_each_entry(value, "storage_data", [&](ObjectPtr k, ObjectPtr v) {
           MetadataIndex index = metadata_index(k);
           StorageInfo info = storage_info(v, index);
-          md.storage_data.insert_or_assign(std::move(index), std::move(info));
+          entries.emplace_back(std::move(index), std::move(info));
         });
+        md.storage_data = make_storage_data(std::move(entries));
       } else if (field == "storage_meta") {
         md.storage_meta = storage_meta(value);
       } else if (field == "version") {
-        if (value->kind == Kind::Str) md.version = value->str;
+        if (value->kind == Kind::Str) md.version = std::string(value->str);
       }
     });
-    check(saw_state_dict_metadata, "Metadata has no state_dict_metadata");
+    if (!saw_state_dict_metadata) fail("Metadata has no state_dict_metadata");
     return md;
   }
 
@@ -245,108 +276,128 @@ class Decoder {
   [[noreturn]] void fail(const Args&... args) const {
     TORCH_CHECK(false, "corrupt checkpoint metadata ", source_, ": ", c10::str(args...));
   }
-  template <typename... Args>
-  void check(bool cond, const Args&... args) const {
-    if (!cond) fail(args...);
-  }
 
-  std::string describe(const ObjectPtr& o) const {
-    if (o->kind == Kind::Global) return "global '" + o->str + "." + o->name + "'";
-    if ((o->kind == Kind::Instance || o->kind == Kind::Reduce) && o->callable)
-      return std::string(o->kind_name()) + " of '" + o->callable->str + "." + o->callable->name +
-             "'";
+  static std::string describe(ObjectPtr o) {
+    if (o->kind == Kind::Global) {
+      return "global '" + std::string(o->str) + "." + std::string(o->name) + "'";
+    }
+    if ((o->kind == Kind::Instance || o->kind == Kind::Reduce) && o->callable) {
+      return std::string(o->kind_name()) + " of '" + std::string(o->callable->str) + "." +
+             std::string(o->callable->name) + "'";
+    }
     return o->kind_name();
   }
 
-  bool is_instance(const ObjectPtr& o, const char* module, const char* name) const {
+  static bool is_instance(ObjectPtr o, const char* module, const char* name) {
     return o->kind == Kind::Instance && o->callable->is_global(module, name);
   }
-  void expect_instance(const ObjectPtr& o, const char* module, const char* name,
-                       const std::string& what) const {
-    check(is_instance(o, module, name), what, " should be ", name, ", found ", describe(o));
+  // `what` and `fqn` together name the value in the error ("a chunk of" 'w').
+  void expect_instance(ObjectPtr o, const char* module, const char* name, const char* what,
+                       std::string_view fqn = {}) const {
+    if (is_instance(o, module, name)) return;
+    if (fqn.empty()) fail(what, " should be ", name, ", found ", describe(o));
+    fail(what, " '", fqn, "' should be ", name, ", found ", describe(o));
   }
 
   template <typename F>
-  void for_each_entry(const ObjectPtr& dict, const std::string& what, F&& f) const {
-    const bool ordered_dict = dict->calls("collections", "OrderedDict");
-    check(dict->kind == Kind::Dict || ordered_dict, what, " should be a dict, found ",
-          describe(dict));
-    for (size_t k = 0; k + 1 < dict->items.size(); k += 2) f(dict->items[k], dict->items[k + 1]);
+  void for_each_entry(ObjectPtr dict, const char* what, F&& f) const {
+    if (dict->kind != Kind::Dict && !dict->calls("collections", "OrderedDict")) {
+      fail(what, " should be a dict, found ", describe(dict));
+    }
+    const auto& items = dict->items;
+    for (size_t k = 0; k + 1 < items.size(); k += 2) f(items[k], items[k + 1]);
   }
 
   // Calls f(field, value) for each field of a dataclass instance's BUILD state (a dict).
   template <typename F>
-  void for_each_field(const ObjectPtr& obj, const char* cls, F&& f) const {
+  void for_each_field(ObjectPtr obj, const char* cls, F&& f) const {
     if (!obj->state) return;  // never BUILDt: all defaults
-    for_each_entry(obj->state, std::string(cls) + " state",
-                   [&](const ObjectPtr& k, const ObjectPtr& v) {
-                     f(as_str(k, std::string("a field name of ") + cls), v);
-                   });
+    const ObjectPtr state = obj->state;
+    if (state->kind != Kind::Dict && !state->calls("collections", "OrderedDict")) {
+      fail(cls, " state should be a dict, found ", describe(state));
+    }
+    const auto& items = state->items;
+    for (size_t k = 0; k + 1 < items.size(); k += 2) {
+      if (items[k]->kind != Kind::Str) {
+        fail("a field name of ", cls, " should be a str, found ", describe(items[k]));
+      }
+      f(items[k]->str, items[k + 1]);
+    }
   }
 
-  std::string as_str(const ObjectPtr& o, const std::string& what) const {
-    check(o->kind == Kind::Str, what, " should be a str, found ", describe(o));
-    return o->str;
+  std::string as_str(ObjectPtr o, const char* what) const {
+    if (o->kind != Kind::Str) fail(what, " should be a str, found ", describe(o));
+    return std::string(o->str);
   }
-  int64_t as_int(const ObjectPtr& o, const std::string& what) const {
-    check(o->kind == Kind::Int, what, " should be an int, found ", describe(o));
+  int64_t as_int(ObjectPtr o, const char* what) const {
+    if (o->kind != Kind::Int) fail(what, " should be an int, found ", describe(o));
     return o->i;
   }
-  bool as_bool(const ObjectPtr& o, const std::string& what) const {
-    check(o->kind == Kind::Bool, what, " should be a bool, found ", describe(o));
+  bool as_bool(ObjectPtr o, const char* what) const {
+    if (o->kind != Kind::Bool) fail(what, " should be a bool, found ", describe(o));
     return o->b;
   }
 
   // torch.Size((...)) or a plain tuple/list of ints.
-  std::vector<int64_t> shape(const ObjectPtr& o, const std::string& what) const {
-    const Object* seq = o.get();
+  std::vector<int64_t> shape(ObjectPtr o, const char* what, std::string_view fqn = {}) const {
+    ObjectPtr seq = o;
     if (o->calls("torch", "Size")) {
-      check(o->args->items.size() == 1, what, ": torch.Size takes one tuple");
-      seq = o->args->items[0].get();
+      if (o->args->items.size() != 1) fail(what, " '", fqn, "': torch.Size takes one tuple");
+      seq = o->args->items[0];
     }
-    check(seq->kind == Kind::Tuple || seq->kind == Kind::List, what,
-          " should be a torch.Size, found ", describe(o));
-    std::vector<int64_t> dims;
-    dims.reserve(seq->items.size());
-    for (const auto& item : seq->items) dims.push_back(as_int(item, what));
+    if (seq->kind != Kind::Tuple && seq->kind != Kind::List) {
+      fail(what, " '", fqn, "' should be a torch.Size, found ", describe(o));
+    }
+    std::vector<int64_t> dims(seq->items.size());
+    for (size_t k = 0; k < dims.size(); ++k) {
+      const ObjectPtr item = seq->items[k];
+      if (item->kind != Kind::Int) {
+        fail(what, " '", fqn, "' should hold ints, found ", describe(item));
+      }
+      dims[k] = item->i;
+    }
     return dims;
   }
 
-  c10::ScalarType dtype(const ObjectPtr& o, const std::string& fqn) const {
-    check(o->kind == Kind::Global && o->str == "torch", "dtype of '", fqn,
-          "' should be a torch dtype, found ", describe(o));
-    auto dt = dtype_from_python_name(o->name);
-    check(dt.has_value(), "unsupported dtype torch.", o->name, " for '", fqn, "'");
+  c10::ScalarType dtype(ObjectPtr o, const std::string& fqn) const {
+    if (o->kind != Kind::Global || o->str != "torch") {
+      fail("dtype of '", fqn, "' should be a torch dtype, found ", describe(o));
+    }
+    auto dt = dtype_from_python_name(std::string(o->name));
+    if (!dt) fail("unsupported dtype torch.", o->name, " for '", fqn, "'");
     return *dt;
   }
 
   // torch.strided pickles as the global 'torch strided' (older torch, and dcp) or, in torch
   // 2.13, as torch.serialization._get_layout('torch.strided').
-  c10::Layout layout(const ObjectPtr& o, const std::string& fqn) const {
+  c10::Layout layout(ObjectPtr o, const std::string& fqn) const {
     std::string name;
     if (o->kind == Kind::Global && o->str == "torch") {
-      name = "torch." + o->name;
+      name = "torch." + std::string(o->name);
     } else if (o->calls("torch.serialization", "_get_layout") && o->args->items.size() == 1 &&
                o->args->items[0]->kind == Kind::Str) {
-      name = o->args->items[0]->str;
+      name = std::string(o->args->items[0]->str);
     } else {
       fail("layout of '", fqn, "' should be a torch layout, found ", describe(o));
     }
-    check(name == "torch.strided", "'", fqn, "' has layout ", name,
-          "; only strided tensors are supported");
+    if (name != "torch.strided") {
+      fail("'", fqn, "' has layout ", name, "; only strided tensors are supported");
+    }
     return c10::Layout::Strided;
   }
 
-  TensorProperties properties(const ObjectPtr& o, const std::string& fqn) const {
-    check(is_instance(o, kMetadataModule, "TensorProperties") ||
-              is_instance(o, kLegacyMetadataModule, "TensorProperties"),
-          "properties of '", fqn, "' should be TensorProperties, found ", describe(o));
-    check(o->state != nullptr, "TensorProperties of '", fqn, "' has no state");
+  TensorProperties properties(ObjectPtr o, const std::string& fqn) const {
+    if (!is_instance(o, kMetadataModule, "TensorProperties") &&
+        !is_instance(o, kLegacyMetadataModule, "TensorProperties")) {
+      fail("properties of '", fqn, "' should be TensorProperties, found ", describe(o));
+    }
+    if (o->state == nullptr) fail("TensorProperties of '", fqn, "' has no state");
     TensorProperties p;
     if (o->state->kind == Kind::Tuple) {
       const auto& t = o->state->items;
-      check(t.size() == 5, "TensorProperties of '", fqn, "' should be a 5-tuple, has ",
-            t.size(), " items");
+      if (t.size() != 5) {
+        fail("TensorProperties of '", fqn, "' should be a 5-tuple, has ", t.size(), " items");
+      }
       p.dtype = dtype(t[0], fqn);
       p.layout = layout(t[1], fqn);
       p.requires_grad = as_bool(t[2], "requires_grad");
@@ -358,7 +409,7 @@ class Decoder {
       return p;
     }
     bool saw_dtype = false;
-    for_each_field(o, "TensorProperties", [&](const std::string& field, const ObjectPtr& v) {
+    for_each_field(o, "TensorProperties", [&](std::string_view field, ObjectPtr v) {
       if (field == "dtype") {
         p.dtype = dtype(v, fqn);
         saw_dtype = true;
@@ -368,80 +419,81 @@ class Decoder {
         p.pin_memory = as_bool(v, "pin_memory");
       }
     });
-    check(saw_dtype, "TensorProperties of '", fqn, "' has no dtype");
+    if (!saw_dtype) fail("TensorProperties of '", fqn, "' has no dtype");
     return p;
   }
 
-  ChunkStorageMetadata chunk(const ObjectPtr& o, const std::string& fqn) const {
-    expect_instance(o, kMetadataModule, "ChunkStorageMetadata", "a chunk of '" + fqn + "'");
+  ChunkStorageMetadata chunk(ObjectPtr o, const std::string& fqn) const {
+    expect_instance(o, kMetadataModule, "ChunkStorageMetadata", "a chunk of", fqn);
     ChunkStorageMetadata c;
     bool saw_offsets = false, saw_sizes = false;
-    for_each_field(o, "ChunkStorageMetadata", [&](const std::string& field, const ObjectPtr& v) {
+    for_each_field(o, "ChunkStorageMetadata", [&](std::string_view field, ObjectPtr v) {
       if (field == "offsets") {
-        c.offsets = shape(v, "chunk offsets of '" + fqn + "'");
+        c.offsets = shape(v, "chunk offsets of", fqn);
         saw_offsets = true;
       } else if (field == "sizes") {
-        c.sizes = shape(v, "chunk sizes of '" + fqn + "'");
+        c.sizes = shape(v, "chunk sizes of", fqn);
         saw_sizes = true;
       }
     });
-    check(saw_offsets && saw_sizes, "a chunk of '", fqn, "' lacks offsets or sizes");
+    if (!saw_offsets || !saw_sizes) fail("a chunk of '", fqn, "' lacks offsets or sizes");
     return c;
   }
 
-  StorageMetadata storage_metadata(const ObjectPtr& o, const std::string& fqn) const {
+  StorageMetadata storage_metadata(ObjectPtr o, const std::string& fqn) const {
     if (is_instance(o, kMetadataModule, "BytesStorageMetadata")) return BytesStorageMetadata{};
-    expect_instance(o, kMetadataModule, "TensorStorageMetadata",
-                    "the metadata of '" + fqn + "'");
+    expect_instance(o, kMetadataModule, "TensorStorageMetadata", "the metadata of", fqn);
     TensorStorageMetadata t;
     bool saw_properties = false, saw_size = false, saw_chunks = false;
-    for_each_field(o, "TensorStorageMetadata", [&](const std::string& field, const ObjectPtr& v) {
+    for_each_field(o, "TensorStorageMetadata", [&](std::string_view field, ObjectPtr v) {
       if (field == "properties") {
         t.properties = properties(v, fqn);
         saw_properties = true;
       } else if (field == "size") {
-        t.size = shape(v, "size of '" + fqn + "'");
+        t.size = shape(v, "size of", fqn);
         saw_size = true;
       } else if (field == "chunks") {
-        check(v->kind == Kind::List, "chunks of '", fqn, "' should be a list");
-        for (const auto& c : v->items) t.chunks.push_back(chunk(c, fqn));
+        if (v->kind != Kind::List) fail("chunks of '", fqn, "' should be a list");
+        t.chunks.reserve(v->items.size());
+        for (const ObjectPtr c : v->items) t.chunks.push_back(chunk(c, fqn));
         saw_chunks = true;
       }
     });
-    check(saw_properties && saw_size && saw_chunks, "TensorStorageMetadata of '", fqn,
-          "' lacks properties, size or chunks");
+    if (!saw_properties || !saw_size || !saw_chunks) {
+      fail("TensorStorageMetadata of '", fqn, "' lacks properties, size or chunks");
+    }
     for (const auto& c : t.chunks) {
-      check(c.offsets.size() == t.size.size() && c.sizes.size() == t.size.size(), "a chunk of '",
-            fqn, "' has ", c.offsets.size(), " offsets and ", c.sizes.size(),
-            " sizes for a tensor of ", t.size.size(), " dimensions");
+      if (c.offsets.size() != t.size.size() || c.sizes.size() != t.size.size()) {
+        fail("a chunk of '", fqn, "' has ", c.offsets.size(), " offsets and ", c.sizes.size(),
+             " sizes for a tensor of ", t.size.size(), " dimensions");
+      }
     }
     return t;
   }
 
-  MetadataIndex metadata_index(const ObjectPtr& o) const {
+  MetadataIndex metadata_index(ObjectPtr o) const {
     expect_instance(o, kMetadataModule, "MetadataIndex", "a storage_data key");
     MetadataIndex index;
     bool saw_fqn = false;
-    for_each_field(o, "MetadataIndex", [&](const std::string& field, const ObjectPtr& v) {
+    for_each_field(o, "MetadataIndex", [&](std::string_view field, ObjectPtr v) {
       if (field == "fqn") {
         index.fqn = as_str(v, "MetadataIndex.fqn");
         saw_fqn = true;
       } else if (field == "offset" && v->kind != Kind::None) {
-        index.offset = shape(v, "MetadataIndex.offset");
+        index.offset = shape(v, "MetadataIndex.offset of", index.fqn);
       } else if (field == "index" && v->kind != Kind::None) {
         index.index = as_int(v, "MetadataIndex.index");
       }
     });
-    check(saw_fqn, "a MetadataIndex has no fqn");
+    if (!saw_fqn) fail("a MetadataIndex has no fqn");
     return index;
   }
 
-  StorageInfo storage_info(const ObjectPtr& o, const MetadataIndex& index) const {
-    expect_instance(o, kFilesystemModule, "_StorageInfo",
-                    "storage_data of '" + index.fqn + "'");
+  StorageInfo storage_info(ObjectPtr o, const MetadataIndex& index) const {
+    expect_instance(o, kFilesystemModule, "_StorageInfo", "storage_data of", index.fqn);
     StorageInfo info;
     int seen = 0;
-    for_each_field(o, "_StorageInfo", [&](const std::string& field, const ObjectPtr& v) {
+    for_each_field(o, "_StorageInfo", [&](std::string_view field, ObjectPtr v) {
       if (field == "relative_path") {
         info.relative_path = as_str(v, "_StorageInfo.relative_path");
         ++seen;
@@ -452,27 +504,30 @@ class Decoder {
         info.length = as_int(v, "_StorageInfo.length");
         ++seen;
       } else if (field == "transform_descriptors" && v->kind == Kind::List) {
-        for (const auto& d : v->items) {
+        for (const ObjectPtr d : v->items) {
           info.transform_descriptors.push_back(as_str(d, "a transform descriptor"));
         }
       }
     });
-    check(seen == 3, "_StorageInfo of '", index.fqn, "' lacks relative_path, offset or length");
-    check(info.offset >= 0 && info.length >= 0, "_StorageInfo of '", index.fqn,
-          "' has a negative offset or length");
+    if (seen != 3) {
+      fail("_StorageInfo of '", index.fqn, "' lacks relative_path, offset or length");
+    }
+    if (info.offset < 0 || info.length < 0) {
+      fail("_StorageInfo of '", index.fqn, "' has a negative offset or length");
+    }
     return info;
   }
 
   // Informational: anything unexpected inside is dropped rather than rejected.
-  std::optional<StorageMeta> storage_meta(const ObjectPtr& o) const {
+  std::optional<StorageMeta> storage_meta(ObjectPtr o) const {
     if (!is_instance(o, kMetadataModule, "StorageMeta")) return std::nullopt;
     StorageMeta meta;
-    auto text = [&](const ObjectPtr& v) -> std::optional<std::string> {
-      if (v->kind == Kind::Str) return v->str;
+    auto text = [&](ObjectPtr v) -> std::optional<std::string> {
+      if (v->kind == Kind::Str) return std::string(v->str);
       if (v->kind == Kind::Reduce && v->callable &&
           (v->callable->str == "pathlib" || v->callable->str == "pathlib._local")) {
         std::string path;
-        for (const auto& part : v->args->items) {
+        for (const ObjectPtr part : v->args->items) {
           if (part->kind != Kind::Str) return std::nullopt;
           if (!path.empty() && path.back() != '/') path += '/';
           path += part->str;
@@ -481,33 +536,33 @@ class Decoder {
       }
       return std::nullopt;
     };
-    for_each_field(o, "StorageMeta", [&](const std::string& field, const ObjectPtr& v) {
+    for_each_field(o, "StorageMeta", [&](std::string_view field, ObjectPtr v) {
       if (field == "checkpoint_id") meta.checkpoint_id = text(v);
       else if (field == "save_id") meta.save_id = text(v);
       else if (field == "load_id") meta.load_id = text(v);
       else if (field == "modules" && v->kind == Kind::List) {
-        for (const auto& m : v->items) {
-          if (m->kind == Kind::Str) meta.modules.push_back(m->str);
+        for (const ObjectPtr m : v->items) {
+          if (m->kind == Kind::Str) meta.modules.emplace_back(m->str);
         }
       }
     });
     return meta;
   }
 
-  std::optional<std::map<std::string, ObjectPath>> planner_data(const ObjectPtr& o) const {
+  std::optional<std::map<std::string, ObjectPath>> planner_data(ObjectPtr o) const {
     if (o->kind != Kind::Dict) return std::nullopt;
     std::map<std::string, ObjectPath> out;
     for (size_t k = 0; k + 1 < o->items.size(); k += 2) {
-      const auto& key = o->items[k];
-      const auto& path = o->items[k + 1];
+      const ObjectPtr key = o->items[k];
+      const ObjectPtr path = o->items[k + 1];
       if (key->kind != Kind::Str || path->kind != Kind::Tuple) return std::nullopt;
       ObjectPath p;
-      for (const auto& item : path->items) {
-        if (item->kind == Kind::Str) p.emplace_back(item->str);
+      for (const ObjectPtr item : path->items) {
+        if (item->kind == Kind::Str) p.emplace_back(std::string(item->str));
         else if (item->kind == Kind::Int) p.emplace_back(item->i);
         else return std::nullopt;
       }
-      out.emplace(key->str, std::move(p));
+      out.insert_or_assign(out.end(), std::string(key->str), std::move(p));
     }
     return out;
   }
@@ -520,8 +575,8 @@ class Decoder {
 std::string encode_metadata(const Metadata& metadata) { return Encoder().encode(metadata); }
 
 Metadata decode_metadata(const char* data, size_t size, const std::string& source) {
-  auto root = pickle::unpickle(data, size, source);
-  return Decoder(source).decode(root);
+  const pickle::Tree tree = pickle::unpickle(data, size, source);
+  return Decoder(source).decode(tree.root());
 }
 
 }  // namespace dcp::detail

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,7 +21,9 @@
 namespace dcp::detail::pickle {
 
 struct Object;
-using ObjectPtr = std::shared_ptr<Object>;
+class Machine;
+/// Objects live in the Tree that unpickle() returns and die with it.
+using ObjectPtr = const Object*;
 
 enum class Kind {
   None,
@@ -39,19 +42,39 @@ enum class Kind {
   PersId,    // BINPERSID: `args` is the persistent id
 };
 
+/// A container's children: an array in the tree's arena.
+class Items {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  ObjectPtr operator[](size_t k) const { return data_[k]; }
+  const ObjectPtr* begin() const { return data_; }
+  const ObjectPtr* end() const { return data_ + size_; }
+
+ private:
+  friend class Tree;
+  ObjectPtr* data_ = nullptr;
+  uint32_t size_ = 0;
+  uint32_t capacity_ = 0;
+};
+
 /// One pickled value. Dict entries are stored as items[2k] (key), items[2k+1] (value).
 /// Instance/Reduce objects collect BUILD's `state` and any SETITEMS/APPENDS in `items`.
+/// Strings are views into the tree's copy of the pickle bytes. Immutable values that repeat
+/// (None, booleans, ints 0-255, the empty tuple) may be one shared object.
 struct Object {
   Kind kind = Kind::None;
   bool b = false;
-  int64_t i = 0;
-  double f = 0.0;
-  std::string str;   // Str, Bytes, Global module
-  std::string name;  // Global name
-  std::vector<ObjectPtr> items;
-  ObjectPtr callable;
-  ObjectPtr args;
-  ObjectPtr state;
+  union {
+    int64_t i = 0;  // Int
+    double f;       // Float
+  };
+  std::string_view str;   // Str, Bytes, Global module
+  std::string_view name;  // Global name
+  Items items;
+  ObjectPtr callable = nullptr;
+  ObjectPtr args = nullptr;
+  ObjectPtr state = nullptr;
 
   bool is_global(std::string_view module, std::string_view global_name) const {
     return kind == Kind::Global && str == module && name == global_name;
@@ -64,25 +87,67 @@ struct Object {
   const char* kind_name() const;
 };
 
+/// An unpickled object tree. It owns a copy of the pickle bytes and every object, in arenas:
+/// a '.metadata' of millions of entries is tens of millions of objects, which must not each be
+/// a heap allocation.
+class Tree {
+ public:
+  Tree(const Tree&) = delete;
+  Tree& operator=(const Tree&) = delete;
+  Tree(Tree&&) = default;
+  Tree& operator=(Tree&&) = default;
+  ~Tree();
+
+  ObjectPtr root() const { return root_; }
+  ObjectPtr operator->() const { return root_; }
+
+ private:
+  friend class Machine;
+  Tree() = default;
+  Object* make(Kind kind);
+  /// The shared object for None, True/False, ints 0-255 (K opcode) or the empty tuple.
+  Object* shared(Kind kind, int64_t value = 0);
+  /// Appends [first, first + n) to `target`'s items.
+  void append(Object* target, Object* const* first, size_t n);
+
+  std::string bytes_;
+  std::vector<std::unique_ptr<Object[]>> object_blocks_;
+  size_t objects_left_ = 0;
+  std::vector<std::unique_ptr<ObjectPtr[]>> item_blocks_;
+  size_t items_left_ = 0;  // in item_blocks_.back()
+  std::vector<std::unique_ptr<ObjectPtr[]>> large_item_blocks_;
+  ObjectPtr root_ = nullptr;
+  std::unique_ptr<Object[]> shared_;  // None, False, True, (), ints 0-255
+};
+
 /// Parses one pickle. `source` names the input in error messages ("'.metadata'").
 /// REQUIRES: the whole pickle (up to STOP) lies in [data, data + size).
-ObjectPtr unpickle(const char* data, size_t size, const std::string& source);
+Tree unpickle(const char* data, size_t size, const std::string& source);
 
 /// Emits protocol-2 pickles.
 class Writer {
  public:
+  /// A memo slot: str() and global() return the slot their value lives in, and get() pushes
+  /// it again (what a repeated str()/global() would do, without the lookup).
+  using MemoIndex = uint32_t;
+
   Writer();
+
+  /// Reserves room for about `bytes` of output (avoids regrowing a large pickle).
+  void reserve(size_t bytes) { out_.reserve(bytes); }
 
   void none();
   void boolean(bool v);
   void integer(int64_t v);
   void float64(double v);
   /// A str; repeated strings are written once and fetched from the memo.
-  void str(std::string_view v);
+  MemoIndex str(std::string_view v);
   /// Python bytes, the protocol-2 way: _codecs.encode(latin-1 text, 'latin1').
   void bytes(std::string_view v);
   /// A global reference (memoized).
-  void global(std::string_view module, std::string_view name);
+  MemoIndex global(std::string_view module, std::string_view name);
+  /// Pushes the value in memo slot `index` (from an earlier str() or global()).
+  void get(MemoIndex index);
   void mark();
   /// Builds a tuple of the last n pushed values (n <= 3 uses TUPLEn; otherwise requires mark()).
   void tuple(size_t n);
@@ -109,13 +174,18 @@ class Writer {
   std::string finish();
 
  private:
-  void memoize_top(const std::string& key);
-  bool fetch_memo(const std::string& key);
-  void op(uint8_t code);
+  // Memo tables keyed by views into `keys_`, whose strings never move: a lookup allocates
+  // nothing. Strings and globals get separate tables ("a\nb" may be either).
+  using MemoTable = std::unordered_map<std::string_view, MemoIndex>;
+  MemoIndex memoize_top(MemoTable& table, std::string key);
+  void op(uint8_t code) { out_.push_back(static_cast<char>(code)); }
   void u32(uint32_t v);
 
   std::string out_;
-  std::unordered_map<std::string, uint32_t> memo_;
+  std::deque<std::string> keys_;
+  MemoTable strs_;
+  MemoTable globals_;
+  MemoIndex next_memo_ = 0;
 };
 
 }  // namespace dcp::detail::pickle

@@ -8,7 +8,9 @@
 // Opcodes outside the supported set (INST, OBJ, EXT*, PERSID, out-of-band buffers, ...) raise.
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "format/pickle.h"
 
@@ -35,19 +37,86 @@ const char* Object::kind_name() const {
 }
 
 namespace {
+constexpr size_t kObjectBlock = 4096;
+constexpr size_t kItemBlock = 1 << 16;
+}  // namespace
+
+Tree::~Tree() = default;
+
+Object* Tree::make(Kind kind) {
+  if (objects_left_ == 0) {
+    object_blocks_.emplace_back(new Object[kObjectBlock]);
+    objects_left_ = kObjectBlock;
+  }
+  Object* o = &object_blocks_.back()[kObjectBlock - objects_left_--];
+  o->kind = kind;
+  return o;
+}
+
+Object* Tree::shared(Kind kind, int64_t value) {
+  if (!shared_) {
+    shared_.reset(new Object[4 + 256]);
+    shared_[0].kind = Kind::None;
+    shared_[1].kind = Kind::Bool;
+    shared_[2].kind = Kind::Bool;
+    shared_[2].b = true;
+    shared_[3].kind = Kind::Tuple;
+    for (int k = 0; k < 256; ++k) {
+      shared_[4 + k].kind = Kind::Int;
+      shared_[4 + k].i = k;
+    }
+  }
+  switch (kind) {
+    case Kind::None: return &shared_[0];
+    case Kind::Bool: return &shared_[value ? 2 : 1];
+    case Kind::Tuple: return &shared_[3];
+    default: return &shared_[4 + value];
+  }
+}
+
+void Tree::append(Object* target, Object* const* first, size_t n) {
+  Items& items = target->items;
+  const size_t needed = items.size_ + n;
+  if (needed > items.capacity_) {
+    // Grow by doubling inside the arena; the old array stays behind (at most as much again).
+    const size_t capacity = std::max<size_t>(needed, 2 * size_t{items.capacity_});
+    TORCH_CHECK(capacity <= UINT32_MAX, "pickle container too large");
+    ObjectPtr* data;
+    if (capacity > kItemBlock / 4) {
+      large_item_blocks_.emplace_back(new ObjectPtr[capacity]);
+      data = large_item_blocks_.back().get();
+    } else {
+      if (items_left_ < capacity) {
+        item_blocks_.emplace_back(new ObjectPtr[kItemBlock]);
+        items_left_ = kItemBlock;
+      }
+      data = &item_blocks_.back()[kItemBlock - items_left_];
+      items_left_ -= capacity;
+    }
+    if (items.size_) std::copy(items.data_, items.data_ + items.size_, data);
+    items.data_ = data;
+    items.capacity_ = static_cast<uint32_t>(capacity);
+  }
+  std::copy(first, first + n, items.data_ + items.size_);
+  items.size_ = static_cast<uint32_t>(needed);
+}
 
 class Machine {
  public:
-  Machine(const char* data, size_t size, const std::string& source)
-      : data_(reinterpret_cast<const uint8_t*>(data)), size_(size), source_(source) {}
+  Machine(const char* data, size_t size, const std::string& source) : source_(source) {
+    tree_.bytes_.assign(data, size);
+    data_ = reinterpret_cast<const uint8_t*>(tree_.bytes_.data());
+    size_ = size;
+  }
 
-  ObjectPtr run() {
+  Tree run() && {
     while (true) {
       op_pos_ = pos_;
       const uint8_t code = u8();
       if (code == '.') {  // STOP
         check(stack_.size() == 1, "STOP with ", stack_.size(), " values on the stack");
-        return stack_.back();
+        tree_.root_ = stack_.back();
+        return std::move(tree_);
       }
       step(code);
     }
@@ -65,7 +134,9 @@ class Machine {
   }
 
   const uint8_t* take(uint64_t n) {
-    check(n <= size_ - pos_, "truncated: needs ", n, " more bytes, ", size_ - pos_, " left");
+    if (n > size_ - pos_) {
+      fail("truncated: needs ", n, " more bytes, ", size_ - pos_, " left");
+    }
     const uint8_t* p = data_ + pos_;
     pos_ += n;
     return p;
@@ -77,74 +148,83 @@ class Machine {
     for (int k = n - 1; k >= 0; --k) v = (v << 8) | p[k];
     return v;
   }
-  std::string text(uint64_t n) {
+  std::string_view text(uint64_t n) {
     const uint8_t* p = take(n);
-    return std::string(reinterpret_cast<const char*>(p), n);
+    return std::string_view(reinterpret_cast<const char*>(p), n);
   }
-  std::string line() {
+  std::string_view line() {
     const void* nl = std::memchr(data_ + pos_, '\n', size_ - pos_);
     check(nl != nullptr, "unterminated GLOBAL name");
     size_t n = static_cast<const uint8_t*>(nl) - (data_ + pos_);
-    std::string s = text(n);
+    std::string_view s = text(n);
     pos_ += 1;
     return s;
   }
 
-  static ObjectPtr make(Kind kind) {
-    auto o = std::make_shared<Object>();
-    o->kind = kind;
-    return o;
-  }
-  void push(ObjectPtr o) { stack_.push_back(std::move(o)); }
-  ObjectPtr pop() {
-    check(!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back()),
-          "stack underflow");
-    ObjectPtr o = std::move(stack_.back());
+  Object* make(Kind kind) { return tree_.make(kind); }
+  void push(Object* o) { stack_.push_back(o); }
+  Object* pop() {
+    if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) {
+      fail("stack underflow");
+    }
+    Object* o = stack_.back();
     stack_.pop_back();
     return o;
   }
-  ObjectPtr& top() {
-    check(!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back()),
-          "stack underflow");
+  Object* top() {
+    if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) {
+      fail("stack underflow");
+    }
     return stack_.back();
   }
-  std::vector<ObjectPtr> pop_mark() {
+  // Pops the topmost MARK; the values above it stay on the stack at [mark, size()).
+  size_t pop_mark() {
     check(!marks_.empty(), "no MARK on the stack");
     const size_t m = marks_.back();
     marks_.pop_back();
-    std::vector<ObjectPtr> items(stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
-    stack_.resize(m);
-    return items;
+    return m;
+  }
+  // Moves the values at [from, size()) into `target`'s items.
+  void move_items(Object* target, size_t from) {
+    tree_.append(target, stack_.data() + from, stack_.size() - from);
+    stack_.resize(from);
   }
   void put_memo(uint64_t index) {
     check(!stack_.empty(), "memo store from an empty stack");
     check(index < (uint64_t{1} << 32), "memo index too large");
-    memo_[static_cast<uint32_t>(index)] = stack_.back();
+    // Python's memo keys are dense from 0; a sparse (hostile) index goes to the map.
+    if (index < memo_.size() + 1024) {
+      if (index >= memo_.size()) memo_.resize(index + 1, nullptr);
+      memo_[index] = stack_.back();
+    } else {
+      sparse_memo_[static_cast<uint32_t>(index)] = stack_.back();
+    }
   }
   void get_memo(uint64_t index) {
-    auto it = memo_.find(static_cast<uint32_t>(index));
-    check(index < (uint64_t{1} << 32) && it != memo_.end(), "memo key ", index, " not found");
-    push(it->second);
+    Object* o = nullptr;
+    if (index < memo_.size()) {
+      o = memo_[index];
+    } else if (auto it = sparse_memo_.find(static_cast<uint32_t>(index));
+               index < (uint64_t{1} << 32) && it != sparse_memo_.end()) {
+      o = it->second;
+    }
+    check(o != nullptr, "memo key ", index, " not found");
+    push(o);
   }
-  ObjectPtr make_int(int64_t v) {
-    auto o = make(Kind::Int);
+  Object* make_int(int64_t v) {
+    auto* o = make(Kind::Int);
     o->i = v;
     return o;
   }
-  ObjectPtr make_str(std::string s, Kind kind = Kind::Str) {
-    auto o = make(kind);
-    o->str = std::move(s);
+  Object* make_str(std::string_view s, Kind kind = Kind::Str) {
+    auto* o = make(kind);
+    o->str = s;
     return o;
   }
-  ObjectPtr make_tuple(std::vector<ObjectPtr> items) {
-    auto o = make(Kind::Tuple);
-    o->items = std::move(items);
-    return o;
-  }
-  ObjectPtr make_global(std::string module, std::string name) {
-    auto o = make(Kind::Global);
-    o->str = std::move(module);
-    o->name = std::move(name);
+  Object* make_global(std::string_view module, std::string_view name) {
+    auto* o = make(Kind::Global);
+    o->str = module;
+    o->name = name;
     return o;
   }
   int64_t long_bytes(uint64_t n) {
@@ -155,18 +235,16 @@ class Machine {
     if (n > 0 && n < 8 && (p[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
     return static_cast<int64_t>(v);
   }
-  void add_setitems(ObjectPtr& target, std::vector<ObjectPtr> kv) {
-    check(kv.size() % 2 == 0, "SETITEMS with an odd number of values");
+  void check_setitems_target(const Object* target, size_t n) const {
+    check(n % 2 == 0, "SETITEMS with an odd number of values");
     check(target->kind == Kind::Dict || target->kind == Kind::Reduce ||
               target->kind == Kind::Instance,
           "SETITEM on a ", target->kind_name());
-    for (auto& o : kv) target->items.push_back(std::move(o));
   }
-  void add_appends(ObjectPtr& target, std::vector<ObjectPtr> values) {
+  void check_appends_target(const Object* target) const {
     check(target->kind == Kind::List || target->kind == Kind::Reduce ||
               target->kind == Kind::Instance,
           "APPEND on a ", target->kind_name());
-    for (auto& o : values) target->items.push_back(std::move(o));
   }
 
   void step(uint8_t code) {
@@ -177,16 +255,11 @@ class Machine {
       case 0x95:  // FRAME: a buffering hint
         take(8);
         break;
-      case 'N': push(make(Kind::None)); break;
+      case 'N': push(tree_.shared(Kind::None)); break;
       case 0x88:
-      case 0x89: {
-        auto o = make(Kind::Bool);
-        o->b = code == 0x88;
-        push(o);
-        break;
-      }
+      case 0x89: push(tree_.shared(Kind::Bool, code == 0x88)); break;
       case 'J': push(make_int(static_cast<int32_t>(le(4)))); break;
-      case 'K': push(make_int(static_cast<int64_t>(le(1)))); break;
+      case 'K': push(tree_.shared(Kind::Int, static_cast<int64_t>(le(1)))); break;
       case 'M': push(make_int(static_cast<int64_t>(le(2)))); break;
       case 0x8a: push(make_int(long_bytes(le(1)))); break;
       case 0x8b: push(make_int(long_bytes(le(4)))); break;
@@ -194,7 +267,7 @@ class Machine {
         const uint8_t* p = take(8);
         uint64_t bits = 0;
         for (int k = 0; k < 8; ++k) bits = (bits << 8) | p[k];
-        auto o = make(Kind::Float);
+        auto* o = make(Kind::Float);
         std::memcpy(&o->f, &bits, sizeof bits);
         push(o);
         break;
@@ -210,38 +283,52 @@ class Machine {
       case '(': marks_.push_back(stack_.size()); break;
       case '}': push(make(Kind::Dict)); break;
       case ']': push(make(Kind::List)); break;
-      case ')': push(make(Kind::Tuple)); break;
+      case ')': push(tree_.shared(Kind::Tuple)); break;
       case 0x8f: push(make(Kind::Set)); break;
       case 's': {
-        ObjectPtr v = pop();
-        ObjectPtr k = pop();
-        add_setitems(top(), {std::move(k), std::move(v)});
+        Object* kv[2];
+        kv[1] = pop();
+        kv[0] = pop();
+        Object* target = top();
+        check_setitems_target(target, 2);
+        tree_.append(target, kv, 2);
         break;
       }
       case 'u': {
-        auto kv = pop_mark();
-        add_setitems(top(), std::move(kv));
+        const size_t m = pop_mark();
+        check(m > 0 && (marks_.empty() || m > marks_.back()), "stack underflow");
+        Object* target = stack_[m - 1];
+        check_setitems_target(target, stack_.size() - m);
+        move_items(target, m);
         break;
       }
       case 'a': {
-        ObjectPtr v = pop();
-        add_appends(top(), {std::move(v)});
+        Object* v = pop();
+        Object* target = top();
+        check_appends_target(target);
+        tree_.append(target, &v, 1);
         break;
       }
       case 'e': {
-        auto values = pop_mark();
-        add_appends(top(), std::move(values));
+        const size_t m = pop_mark();
+        check(m > 0 && (marks_.empty() || m > marks_.back()), "stack underflow");
+        Object* target = stack_[m - 1];
+        check_appends_target(target);
+        move_items(target, m);
         break;
       }
       case 0x90: {  // ADDITEMS
-        auto values = pop_mark();
-        check(top()->kind == Kind::Set, "ADDITEMS on a ", top()->kind_name());
-        for (auto& o : values) top()->items.push_back(std::move(o));
+        const size_t m = pop_mark();
+        check(m > 0 && (marks_.empty() || m > marks_.back()), "stack underflow");
+        Object* target = stack_[m - 1];
+        check(target->kind == Kind::Set, "ADDITEMS on a ", target->kind_name());
+        move_items(target, m);
         break;
       }
       case 0x91: {  // FROZENSET
-        auto o = make(Kind::Set);
-        o->items = pop_mark();
+        const size_t m = pop_mark();
+        auto* o = make(Kind::Set);
+        move_items(o, m);
         push(o);
         break;
       }
@@ -249,14 +336,22 @@ class Machine {
       case 0x86:
       case 0x87: {
         const size_t n = code - 0x84;
-        std::vector<ObjectPtr> items(n);
-        for (size_t k = n; k-- > 0;) items[k] = pop();
-        push(make_tuple(std::move(items)));
+        Object* values[3];
+        for (size_t k = n; k-- > 0;) values[k] = pop();
+        auto* o = make(Kind::Tuple);
+        tree_.append(o, values, n);
+        push(o);
         break;
       }
-      case 't': push(make_tuple(pop_mark())); break;
+      case 't': {
+        const size_t m = pop_mark();
+        auto* o = make(Kind::Tuple);
+        move_items(o, m);
+        push(o);
+        break;
+      }
       case '0': pop(); break;
-      case '1': pop_mark(); break;
+      case '1': stack_.resize(pop_mark()); break;
       case '2': push(top()); break;
       case 0x94: put_memo(memo_.size()); break;  // MEMOIZE
       case 'q': put_memo(le(1)); break;
@@ -264,14 +359,14 @@ class Machine {
       case 'h': get_memo(le(1)); break;
       case 'j': get_memo(le(4)); break;
       case 'c': {
-        std::string module = line();
-        std::string name = line();
-        push(make_global(std::move(module), std::move(name)));
+        std::string_view module = line();
+        std::string_view name = line();
+        push(make_global(module, name));
         break;
       }
       case 0x93: {  // STACK_GLOBAL
-        ObjectPtr name = pop();
-        ObjectPtr module = pop();
+        Object* name = pop();
+        Object* module = pop();
         check(module->kind == Kind::Str && name->kind == Kind::Str,
               "STACK_GLOBAL needs two strings");
         push(make_global(module->str, name->str));
@@ -279,41 +374,41 @@ class Machine {
       }
       case 'R':
       case 0x81: {  // REDUCE, NEWOBJ
-        ObjectPtr args = pop();
-        ObjectPtr callable = pop();
+        Object* args = pop();
+        Object* callable = pop();
         check(args->kind == Kind::Tuple, code == 'R' ? "REDUCE" : "NEWOBJ",
               " arguments are not a tuple");
         check(callable->kind == Kind::Global, code == 'R' ? "REDUCE" : "NEWOBJ",
               " of a ", callable->kind_name(), " (only named globals are allowed)");
-        auto o = make(code == 'R' ? Kind::Reduce : Kind::Instance);
-        o->callable = std::move(callable);
-        o->args = std::move(args);
+        auto* o = make(code == 'R' ? Kind::Reduce : Kind::Instance);
+        o->callable = callable;
+        o->args = args;
         push(o);
         break;
       }
       case 0x92: {  // NEWOBJ_EX
-        ObjectPtr kwargs = pop();
-        ObjectPtr args = pop();
-        ObjectPtr callable = pop();
+        Object* kwargs = pop();
+        Object* args = pop();
+        Object* callable = pop();
         check(args->kind == Kind::Tuple && kwargs->kind == Kind::Dict && kwargs->items.empty() &&
                   callable->kind == Kind::Global,
               "unsupported NEWOBJ_EX");
-        auto o = make(Kind::Instance);
-        o->callable = std::move(callable);
-        o->args = std::move(args);
+        auto* o = make(Kind::Instance);
+        o->callable = callable;
+        o->args = args;
         push(o);
         break;
       }
       case 'b': {  // BUILD
-        ObjectPtr state = pop();
-        ObjectPtr& target = top();
+        Object* state = pop();
+        Object* target = top();
         check(target->kind == Kind::Instance || target->kind == Kind::Reduce,
               "BUILD on a ", target->kind_name());
-        target->state = std::move(state);
+        target->state = state;
         break;
       }
       case 'Q': {  // BINPERSID
-        auto o = make(Kind::PersId);
+        auto* o = make(Kind::PersId);
         o->args = pop();
         push(o);
         break;
@@ -323,19 +418,19 @@ class Machine {
     }
   }
 
+  Tree tree_;
   const uint8_t* data_;
   size_t size_;
   const std::string& source_;
   size_t pos_ = 0;
   size_t op_pos_ = 0;
-  std::vector<ObjectPtr> stack_;
+  std::vector<Object*> stack_;
   std::vector<size_t> marks_;
-  std::unordered_map<uint32_t, ObjectPtr> memo_;
+  std::vector<Object*> memo_;
+  std::unordered_map<uint32_t, Object*> sparse_memo_;
 };
 
-}  // namespace
-
-ObjectPtr unpickle(const char* data, size_t size, const std::string& source) {
+Tree unpickle(const char* data, size_t size, const std::string& source) {
   TORCH_CHECK(size > 0, "corrupt pickle in ", source, ": empty");
   return Machine(data, size, source).run();
 }

@@ -16,28 +16,25 @@ Writer::Writer() {
   op(2);
 }
 
-void Writer::op(uint8_t code) { out_.push_back(static_cast<char>(code)); }
-
 void Writer::u32(uint32_t v) {
-  for (int k = 0; k < 4; ++k) op(static_cast<uint8_t>(v >> (8 * k)));
+  char b[4];
+  for (int k = 0; k < 4; ++k) b[k] = static_cast<char>(v >> (8 * k));
+  out_.append(b, 4);
 }
 
-bool Writer::fetch_memo(const std::string& key) {
-  auto it = memo_.find(key);
-  if (it == memo_.end()) return false;
-  if (it->second < 256) {
+void Writer::get(MemoIndex index) {
+  if (index < 256) {
     op('h');
-    op(static_cast<uint8_t>(it->second));
+    op(static_cast<uint8_t>(index));
   } else {
     op('j');
-    u32(it->second);
+    u32(index);
   }
-  return true;
 }
 
-void Writer::memoize_top(const std::string& key) {
-  const auto index = static_cast<uint32_t>(memo_.size());
-  memo_.emplace(key, index);
+Writer::MemoIndex Writer::memoize_top(MemoTable& table, std::string key) {
+  const MemoIndex index = next_memo_++;
+  table.emplace(keys_.emplace_back(std::move(key)), index);
   if (index < 256) {
     op('q');
     op(static_cast<uint8_t>(index));
@@ -45,6 +42,7 @@ void Writer::memoize_top(const std::string& key) {
     op('r');
     u32(index);
   }
+  return index;
 }
 
 void Writer::none() { op('N'); }
@@ -86,15 +84,16 @@ void Writer::float64(double v) {
   for (int k = 7; k >= 0; --k) op(static_cast<uint8_t>(bits >> (8 * k)));
 }
 
-void Writer::str(std::string_view v) {
-  std::string key = "s:";
-  key.append(v);
-  if (fetch_memo(key)) return;
+Writer::MemoIndex Writer::str(std::string_view v) {
+  if (auto it = strs_.find(v); it != strs_.end()) {
+    get(it->second);
+    return it->second;
+  }
   TORCH_CHECK(v.size() <= UINT32_MAX, "string too long to pickle");
   op('X');
   u32(static_cast<uint32_t>(v.size()));
   out_.append(v);
-  memoize_top(key);
+  return memoize_top(strs_, std::string(v));
 }
 
 void Writer::bytes(std::string_view v) {
@@ -118,13 +117,17 @@ void Writer::bytes(std::string_view v) {
   reduce();
 }
 
-void Writer::global(std::string_view module, std::string_view name) {
-  std::string key = "g:";
+Writer::MemoIndex Writer::global(std::string_view module, std::string_view name) {
+  std::string key;
+  key.reserve(module.size() + name.size() + 1);
   key.append(module).append("\n").append(name);
-  if (fetch_memo(key)) return;
+  if (auto it = globals_.find(key); it != globals_.end()) {
+    get(it->second);
+    return it->second;
+  }
   op('c');
-  out_.append(module).append("\n").append(name).append("\n");
-  memoize_top(key);
+  out_.append(key).append("\n");
+  return memoize_top(globals_, std::move(key));
 }
 
 void Writer::mark() { op('('); }

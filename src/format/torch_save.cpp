@@ -19,6 +19,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "format/dtypes.h"
 #include "format/pickle.h"
@@ -190,7 +191,8 @@ class ArchiveReader {
     } catch (const c10::Error& e) {
       fail("not a readable torch.save record: ", e.what_without_backtrace());
     }
-    root_ = pickle::unpickle(pkl_.data(), pkl_.size(), source_.describe() + " data.pkl");
+    tree_.emplace(pickle::unpickle(pkl_.data(), pkl_.size(), source_.describe() + " data.pkl"));
+    root_ = tree_->root();
   }
 
   const ObjectPtr& root() const { return root_; }
@@ -232,12 +234,12 @@ class ArchiveReader {
     int64_t numel = s[4]->i;
     if (v3) {
       check(a[6]->kind == Kind::Global && a[6]->str == "torch", "v3 tensor without a dtype");
-      auto dt = dtype_from_python_name(a[6]->name);
+      auto dt = dtype_from_python_name(std::string(a[6]->name));
       check(dt.has_value(), "unsupported dtype torch.", a[6]->name);
       r.dtype = *dt;
       r.storage_bytes = static_cast<uint64_t>(numel);  // UntypedStorage: bytes
     } else {
-      auto dt = dtype_from_storage_name(s[1]->name);
+      auto dt = dtype_from_storage_name(std::string(s[1]->name));
       check(dt.has_value(), "unsupported storage class torch.", s[1]->name);
       r.dtype = *dt;
       r.storage_bytes = static_cast<uint64_t>(numel) * c10::elementSize(r.dtype);
@@ -248,7 +250,7 @@ class ArchiveReader {
     r.sizes = int_list(a[2], "size");
     r.strides = int_list(a[3], "stride");
     check(r.sizes.size() == r.strides.size(), "size and stride lengths differ");
-    const std::string record = "data/" + s[2]->str;
+    const std::string record = "data/" + std::string(s[2]->str);
     try {
       check(reader_->hasRecord(record), "missing record ", record);
       const uint64_t record_size = reader_->getRecordSize(record);
@@ -271,7 +273,7 @@ class ArchiveReader {
     }
     check(empty || (max_index + 1) * itemsize <= static_cast<int64_t>(r.storage_bytes),
           "tensor view reaches past its storage");
-    if (key_out) *key_out = s[2]->str;
+    if (key_out) *key_out = std::string(s[2]->str);
     return r;
   }
 
@@ -296,8 +298,8 @@ class ArchiveReader {
       case Kind::Bool: return o->b;
       case Kind::Int: return o->i;
       case Kind::Float: return o->f;
-      case Kind::Str: return o->str;
-      case Kind::Bytes: return Bytes{o->str};
+      case Kind::Str: return std::string(o->str);
+      case Kind::Bytes: return Bytes{std::string(o->str)};
       case Kind::Tuple: return Tuple{items(o->items, depth)};
       case Kind::List: return items(o->items, depth);
       case Kind::Dict: return dict(o->items, depth);
@@ -313,11 +315,13 @@ class ArchiveReader {
     if (o->calls("builtins", "bytearray") || o->calls("__builtin__", "bytearray")) {
       check(o->args->items.size() == 1 && o->args->items[0]->kind == Kind::Bytes,
             "unsupported bytearray form");
-      return Bytes{o->args->items[0]->str};
+      return Bytes{std::string(o->args->items[0]->str)};
     }
     const auto& g = o->callable ? o->callable : o;
     fail("unsupported Python object ",
-         g->kind == Kind::Global ? "'" + g->str + "." + g->name + "'" : o->kind_name(),
+         g->kind == Kind::Global
+             ? "'" + std::string(g->str) + "." + std::string(g->name) + "'"
+             : std::string(o->kind_name()),
          " (dcp reads None, bool, int, float, str, bytes, list, tuple, dict and tensors)");
   }
 
@@ -332,20 +336,20 @@ class ArchiveReader {
     return out;
   }
 
-  std::vector<Value> items(const std::vector<ObjectPtr>& objects, int depth) {
+  std::vector<Value> items(const pickle::Items& objects, int depth) {
     std::vector<Value> out;
     out.reserve(objects.size());
     for (const auto& o : objects) out.push_back(value(o, depth + 1));
     return out;
   }
 
-  Dict dict(const std::vector<ObjectPtr>& kv, int depth) {
+  Dict dict(const pickle::Items& kv, int depth) {
     Dict out;
     for (size_t k = 0; k + 1 < kv.size(); k += 2) {
       const auto& key = kv[k];
       check(key->kind == Kind::Str || key->kind == Kind::Int,
             "dict key of type ", key->kind_name(), " is not supported (str and int are)");
-      Key dk = key->kind == Kind::Str ? Key(key->str) : Key(key->i);
+      Key dk = key->kind == Kind::Str ? Key(std::string(key->str)) : Key(key->i);
       out.insert_or_assign(std::move(dk), value(kv[k + 1], depth + 1));
     }
     return out;
@@ -358,7 +362,7 @@ class ArchiveReader {
               (a[1]->str == "latin1" || a[1]->str == "latin-1"),
           "unsupported _codecs.encode call");
     std::string out;
-    const std::string& s = a[0]->str;
+    const std::string_view s = a[0]->str;
     for (size_t i = 0; i < s.size(); ++i) {
       const auto c = static_cast<unsigned char>(s[i]);
       if (c < 0x80) {
@@ -375,7 +379,8 @@ class ArchiveReader {
   const ArchiveSource& source_;
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
   std::string pkl_;
-  ObjectPtr root_;
+  std::optional<pickle::Tree> tree_;
+  ObjectPtr root_ = nullptr;
   std::map<std::string, at::Tensor> storages_;
 };
 

@@ -4,51 +4,106 @@
 //   3. keep it on the lowest candidate, or on the candidate with the fewest bytes so far;
 //   4. that rank's total grows by the item's weight (global numel x element size; 1 for bytes);
 //   5. remove it from every other candidate's plan.
+//
+// At scale (a thousand ranks x thousands of tensors) almost every key is unique, so duplicates
+// are found without a map over all keys: items are grouped by fqn (one hash lookup of the name
+// per item, few distinct names) and sorted by offset inside each group. Only when a duplicate
+// exists does the walk of step 2-5 run.
 #include <algorithm>
-#include <map>
-#include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "planner/planner_helpers.h"
 
 namespace dcp::detail {
+namespace {
+
+struct Occurrence {
+  const WriteItem* item;
+  uint32_t rank;
+  uint32_t pos;
+};
+
+int64_t weight_of(const WriteItem& item) {
+  if (!item.tensor_data) return 1;
+  auto weight = static_cast<int64_t>(c10::elementSize(item.tensor_data->properties.dtype));
+  for (int64_t d : item.tensor_data->size) weight *= d;
+  return weight;
+}
+
+}  // namespace
 
 std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to_lowest_rank) {
-  std::map<MetadataIndex, std::vector<size_t>> ranks_of;
-  std::vector<const WriteItem*> first_seen;
-  std::map<MetadataIndex, const WriteItem*> item_of;
+  std::unordered_map<std::string_view, size_t> group_of;
+  std::vector<std::vector<Occurrence>> groups;
   for (size_t r = 0; r < plans.size(); ++r) {
-    for (const auto& item : plans[r].items) {
-      auto& ranks = ranks_of[item.index];
-      if (ranks.empty()) first_seen.push_back(&item);
-      ranks.push_back(r);
+    const auto& items = plans[r].items;
+    for (size_t p = 0; p < items.size(); ++p) {
+      auto [it, inserted] = group_of.try_emplace(items[p].index.fqn, groups.size());
+      if (inserted) groups.emplace_back();
+      groups[it->second].push_back(
+          Occurrence{&items[p], static_cast<uint32_t>(r), static_cast<uint32_t>(p)});
     }
   }
+
+  // A duplicated key: its occurrences in plan order (the first one is where it is first seen).
+  std::vector<std::vector<Occurrence>> dups;
+  for (auto& group : groups) {
+    if (group.size() < 2) continue;
+    std::stable_sort(group.begin(), group.end(), [](const Occurrence& a, const Occurrence& b) {
+      return a.item->index.offset < b.item->index.offset;
+    });
+    for (size_t begin = 0; begin < group.size();) {
+      size_t end = begin + 1;
+      while (end < group.size() && group[end].item->index.offset == group[begin].item->index.offset)
+        ++end;
+      if (end - begin > 1) dups.emplace_back(group.begin() + begin, group.begin() + end);
+      begin = end;
+    }
+  }
+  if (dups.empty()) return plans;
+
+  // dup_of[r][p]: which duplicated key plan r's item p is, or -1.
+  std::vector<std::vector<int32_t>> dup_of(plans.size());
+  for (size_t r = 0; r < plans.size(); ++r) dup_of[r].assign(plans[r].items.size(), -1);
+  for (size_t d = 0; d < dups.size(); ++d) {
+    for (const auto& o : dups[d]) dup_of[o.rank][o.pos] = static_cast<int32_t>(d);
+  }
+
+  // Walk the distinct keys in first-seen order, balancing bytes over the candidates.
   std::vector<int64_t> totals(plans.size(), 0);
-  std::vector<std::set<MetadataIndex>> removed(plans.size());
-  for (const WriteItem* item : first_seen) {
-    const auto& ranks = ranks_of[item->index];
-    size_t keep = ranks.front();
-    if (!save_to_lowest_rank) {
-      for (size_t r : ranks) {
-        if (totals[r] < totals[keep]) keep = r;
+  std::vector<uint32_t> keep(dups.size(), 0);
+  for (size_t r = 0; r < plans.size(); ++r) {
+    const auto& items = plans[r].items;
+    for (size_t p = 0; p < items.size(); ++p) {
+      const int32_t d = dup_of[r][p];
+      if (d < 0) {
+        totals[r] += weight_of(items[p]);
+        continue;
       }
-    }
-    int64_t weight = 1;
-    if (item->tensor_data) {
-      weight = static_cast<int64_t>(c10::elementSize(item->tensor_data->properties.dtype));
-      for (int64_t d : item->tensor_data->size) weight *= d;
-    }
-    totals[keep] += weight;
-    for (size_t r : ranks) {
-      if (r != keep) removed[r].insert(item->index);
+      const auto& occurrences = dups[d];
+      if (occurrences.front().rank != r || occurrences.front().pos != p) continue;
+      uint32_t k = occurrences.front().rank;  // candidates ascend by rank
+      if (!save_to_lowest_rank) {
+        for (const auto& o : occurrences) {
+          if (totals[o.rank] < totals[k]) k = o.rank;
+        }
+      }
+      totals[k] += weight_of(items[p]);
+      keep[d] = k;
     }
   }
+
   for (size_t r = 0; r < plans.size(); ++r) {
-    if (removed[r].empty()) continue;
     auto& items = plans[r].items;
-    items.erase(std::remove_if(items.begin(), items.end(),
-                               [&](const WriteItem& i) { return removed[r].count(i.index) > 0; }),
-                items.end());
+    size_t kept = 0;
+    for (size_t p = 0; p < items.size(); ++p) {
+      const int32_t d = dup_of[r][p];
+      if (d >= 0 && keep[d] != r) continue;
+      if (kept != p) items[kept] = std::move(items[p]);
+      ++kept;
+    }
+    items.resize(kept);
   }
   return plans;
 }

@@ -11,6 +11,9 @@
 
 #include <mutex>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "dcp/planner.h"
 #include "planner/planner_helpers.h"
@@ -69,23 +72,29 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
     std::vector<SavePlan> plans) {
   Metadata md;
   md.planner_data.emplace();
+  // Entries by name, hashed: a save has far fewer names than items, and every item looks its
+  // name up (views into the map's keys, which never move).
+  std::unordered_map<std::string_view, StorageMetadata*> entry_of;
+  std::unordered_set<std::string_view> in_planner_data;
   for (auto& plan : plans) {
     for (auto& item : plan.items) {
-      auto existing = md.state_dict_metadata.find(item.index.fqn);
+      auto existing = entry_of.find(item.index.fqn);
       if (item.type == WriteItemType::BYTE_IO) {
-        TORCH_CHECK_VALUE(existing == md.state_dict_metadata.end(), "'", item.index.fqn,
+        TORCH_CHECK_VALUE(existing == entry_of.end(), "'", item.index.fqn,
                           "' is saved twice with different kinds or offsets");
-        md.state_dict_metadata.emplace(item.index.fqn, BytesStorageMetadata{});
+        auto it = md.state_dict_metadata.emplace(item.index.fqn, BytesStorageMetadata{}).first;
+        entry_of.emplace(it->first, &it->second);
         continue;
       }
       TORCH_INTERNAL_ASSERT(item.tensor_data.has_value(), "tensor item without tensor data");
-      if (existing == md.state_dict_metadata.end()) {
+      if (existing == entry_of.end()) {
         TensorStorageMetadata t;
         t.properties = item.tensor_data->properties;
         t.size = item.tensor_data->size;
-        existing = md.state_dict_metadata.emplace(item.index.fqn, std::move(t)).first;
+        auto it = md.state_dict_metadata.emplace(item.index.fqn, std::move(t)).first;
+        existing = entry_of.emplace(it->first, &it->second).first;
       }
-      auto* t = std::get_if<TensorStorageMetadata>(&existing->second);
+      auto* t = std::get_if<TensorStorageMetadata>(existing->second);
       TORCH_CHECK_VALUE(t != nullptr, "'", item.index.fqn,
                         "' is saved both as a tensor and as a non-tensor value");
       TORCH_CHECK_VALUE(item.type == WriteItemType::SHARD || t->chunks.empty(), "'",
@@ -97,7 +106,11 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
       item.index.index = static_cast<int64_t>(t->chunks.size());
       t->chunks.push_back(item.tensor_data->chunk);
     }
-    for (const auto& [fqn, path] : plan.planner_data) md.planner_data->emplace(fqn, path);
+    for (const auto& [fqn, path] : plan.planner_data) {
+      if (in_planner_data.count(fqn)) continue;
+      auto it = md.planner_data->emplace(fqn, path).first;
+      in_planner_data.insert(it->first);
+    }
   }
   const std::string problem = validate_global_plan(md, plans.size());
   TORCH_CHECK_VALUE(problem.empty(), "Failed to validate global plan: ", problem);
