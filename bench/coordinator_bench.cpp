@@ -1,7 +1,8 @@
 // Benchmark: the coordinator's share of a save at scale. Builds synthetic local plans for R
 // ranks x T tensors (each tensor row-sharded over all ranks, plus one replicated byte item per
-// rank), then times global planning (de-duplication, Metadata, validation), metadata
-// serialization and parsing, and reports the '.metadata' size.
+// rank), then times global planning (de-duplication, Metadata, validation), building
+// storage_data from the write results, metadata serialization and parsing, and reports the
+// '.metadata' size.
 //
 //   coordinator_bench [ranks=1024] [tensors=2000]
 #include <chrono>

@@ -2,6 +2,7 @@
 //   dcp_bench save <dir> <MiB>   every rank saves its shards of the benchmark state
 //   dcp_bench load <dir> <MiB>   every rank loads its shards for this world size (the same as
 //                                the save's, or another: a resharding load)
+// An optional 4th argument sets the IO threads per rank (FileSystemWriter/Reader thread_count).
 // Before a load every rank evicts the checkpoint's files from the page cache
 // (posix_fadvise DONTNEED), so reads come from the disk. Rank 0 prints one line:
 //   RESULT op=<save|load> ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
     dcp::MpiCommunicator comm(MPI_COMM_WORLD);
     const std::string op = argv[1], dir = argv[2];
     const int64_t mib = std::stoll(argv[3]);
+    const int threads = argc > 4 ? std::stoi(argv[4]) : 1;  // IO threads per rank
     const auto specs = dcp::bench::model_specs(mib);
     int64_t bytes = 0;
     dcp::StateDict state = dcp::bench::make_state(specs, comm.rank(), comm.size(), op == "load", &bytes);
@@ -81,11 +83,17 @@ int main(int argc, char** argv) {
       if (op == "save") {
         dcp::SaveOptions o;
         o.comm = &comm;
-        dcp::save(state, dir, o);
+        dcp::FileSystemWriterOptions wo;
+        wo.thread_count = threads;
+        dcp::FileSystemWriter writer(dir, wo);
+        dcp::save(state, writer, o);
       } else {
         dcp::LoadOptions o;
         o.comm = &comm;
-        dcp::load(state, dir, o);
+        dcp::FileSystemReaderOptions ro;
+        ro.thread_count = threads;
+        dcp::FileSystemReader reader(dir, ro);
+        dcp::load(state, reader, o);
       }
     } catch (const c10::Error& e) {
       std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what_without_backtrace());
