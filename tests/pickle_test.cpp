@@ -113,6 +113,11 @@ TEST(PickleTest, ContainersGrowAcrossBatchesAndSparseMemoIndicesWork) {
   ASSERT_EQ(o->kind, Kind::List);
   ASSERT_EQ(o->items.size(), 3000u);
   for (int v = 0; v < 3000; ++v) ASSERT_EQ(o->items[v]->i, v) << v;
+
+  // MEMOIZE stores under len(memo), as Python's unpickler: after BINPUT 5 that is key 1.
+  auto m = parse(std::string("\x80\x04K\x07q\x05" "0" "K\x08\x94" "0" "h\x01.", 14));
+  ASSERT_EQ(m->kind, Kind::Int);
+  EXPECT_EQ(m->i, 8);
 }
 
 TEST(PickleTest, SharedConstantsAreNeverMutated) {

@@ -195,9 +195,12 @@ class Machine {
     // Python's memo keys are dense from 0; a sparse (hostile) index goes to the map.
     if (index < memo_.size() + 1024) {
       if (index >= memo_.size()) memo_.resize(index + 1, nullptr);
+      if (memo_[index] == nullptr) ++memo_count_;
       memo_[index] = stack_.back();
     } else {
-      sparse_memo_[static_cast<uint32_t>(index)] = stack_.back();
+      auto [it, inserted] = sparse_memo_.insert_or_assign(static_cast<uint32_t>(index),
+                                                          stack_.back());
+      if (inserted) ++memo_count_;
     }
   }
   void get_memo(uint64_t index) {
@@ -353,7 +356,7 @@ class Machine {
       case '0': pop(); break;
       case '1': stack_.resize(pop_mark()); break;
       case '2': push(top()); break;
-      case 0x94: put_memo(memo_.size()); break;  // MEMOIZE
+      case 0x94: put_memo(memo_count_); break;  // MEMOIZE: key len(memo), as Python
       case 'q': put_memo(le(1)); break;
       case 'r': put_memo(le(4)); break;
       case 'h': get_memo(le(1)); break;
@@ -428,6 +431,7 @@ class Machine {
   std::vector<size_t> marks_;
   std::vector<Object*> memo_;
   std::unordered_map<uint32_t, Object*> sparse_memo_;
+  size_t memo_count_ = 0;  // distinct keys in memo_ and sparse_memo_
 };
 
 Tree unpickle(const char* data, size_t size, const std::string& source) {
