@@ -56,6 +56,17 @@ TEST(PickleTest, FloatsStringsBytesAndConstantsRoundTrip) {
   EXPECT_EQ(o->items[8], o->items[3]);  // same memo object
 }
 
+TEST(PickleTest, StringsOfAShortPickleOutliveTheParse) {
+  // A pickle this short fits in a std::string's inline buffer; its views must still point at
+  // the tree's bytes after the tree moved out of the parser.
+  auto o = parse(std::string("\x80\x02X\x03\x00\x00\x00" "abc.", 12));
+  std::string other(4096, 'Z');  // reuse the stack and heap the parser left behind
+  ASSERT_EQ(o->kind, Kind::Str);
+  EXPECT_EQ(o->str, "abc");
+  auto moved = std::move(o);
+  EXPECT_EQ(moved->str, "abc");
+}
+
 TEST(PickleTest, ContainersAndInertCalls) {
   Writer w;
   w.global("torch", "Size");

@@ -110,7 +110,9 @@ class Tree {
   /// Appends [first, first + n) to `target`'s items.
   void append(Object* target, Object* const* first, size_t n);
 
-  std::string bytes_;
+  // On the heap: the objects' string views stay valid when the tree moves (a std::string
+  // member would keep short pickles inline, in the moved-from object).
+  std::unique_ptr<const std::string> bytes_;
   std::vector<std::unique_ptr<Object[]>> object_blocks_;
   size_t objects_left_ = 0;
   std::vector<std::unique_ptr<ObjectPtr[]>> item_blocks_;
@@ -120,8 +122,10 @@ class Tree {
   std::unique_ptr<Object[]> shared_;  // None, False, True, (), ints 0-255
 };
 
-/// Parses one pickle. `source` names the input in error messages ("'.metadata'").
-/// REQUIRES: the whole pickle (up to STOP) lies in [data, data + size).
+/// Parses one pickle; the tree keeps `bytes`. `source` names the input in error messages
+/// ("'.metadata'").
+Tree unpickle(std::string bytes, const std::string& source);
+/// The same for a pickle in [data, data + size), which the tree copies.
 Tree unpickle(const char* data, size_t size, const std::string& source);
 
 /// Emits protocol-2 pickles.

@@ -103,10 +103,10 @@ void Tree::append(Object* target, Object* const* first, size_t n) {
 
 class Machine {
  public:
-  Machine(const char* data, size_t size, const std::string& source) : source_(source) {
-    tree_.bytes_.assign(data, size);
-    data_ = reinterpret_cast<const uint8_t*>(tree_.bytes_.data());
-    size_ = size;
+  Machine(std::string bytes, const std::string& source) : source_(source) {
+    tree_.bytes_ = std::make_unique<const std::string>(std::move(bytes));
+    data_ = reinterpret_cast<const uint8_t*>(tree_.bytes_->data());
+    size_ = tree_.bytes_->size();
   }
 
   Tree run() && {
@@ -434,9 +434,13 @@ class Machine {
   size_t memo_count_ = 0;  // distinct keys in memo_ and sparse_memo_
 };
 
+Tree unpickle(std::string bytes, const std::string& source) {
+  TORCH_CHECK(!bytes.empty(), "corrupt pickle in ", source, ": empty");
+  return Machine(std::move(bytes), source).run();
+}
+
 Tree unpickle(const char* data, size_t size, const std::string& source) {
-  TORCH_CHECK(size > 0, "corrupt pickle in ", source, ": empty");
-  return Machine(data, size, source).run();
+  return unpickle(std::string(data, size), source);
 }
 
 }  // namespace dcp::detail::pickle

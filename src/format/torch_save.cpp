@@ -178,6 +178,7 @@ class SourceAdapter : public caffe2::serialize::ReadAdapterInterface {
 class ArchiveReader {
  public:
   explicit ArchiveReader(const ArchiveSource& source) : source_(source) {
+    std::string pkl;
     try {
       reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
           std::make_shared<SourceAdapter>(source));
@@ -187,15 +188,14 @@ class ArchiveReader {
         TORCH_CHECK(order == "little", "byte order '", order, "' is not supported");
       }
       auto [ptr, n] = reader_->getRecord("data.pkl");
-      pkl_.assign(static_cast<const char*>(ptr.get()), n);
+      pkl.assign(static_cast<const char*>(ptr.get()), n);
     } catch (const c10::Error& e) {
       fail("not a readable torch.save record: ", e.what_without_backtrace());
     }
-    tree_.emplace(pickle::unpickle(pkl_.data(), pkl_.size(), source_.describe() + " data.pkl"));
-    root_ = tree_->root();
+    tree_.emplace(pickle::unpickle(std::move(pkl), source_.describe() + " data.pkl"));
   }
 
-  const ObjectPtr& root() const { return root_; }
+  ObjectPtr root() const { return tree_->root(); }
 
   template <typename... Args>
   [[noreturn]] void fail(const Args&... args) const {
@@ -378,9 +378,7 @@ class ArchiveReader {
 
   const ArchiveSource& source_;
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
-  std::string pkl_;
-  std::optional<pickle::Tree> tree_;
-  ObjectPtr root_ = nullptr;
+  std::optional<pickle::Tree> tree_;  // set by the constructor
   std::map<std::string, at::Tensor> storages_;
 };
 
