@@ -198,9 +198,7 @@ class Encoder {
   }
 
   void storage_meta(const StorageMeta& meta) {
-    w_.global(kMetadataModule, "StorageMeta");
-    w_.empty_tuple();
-    w_.newobj();
+    new_object(storage_meta_cls_, kMetadataModule, "StorageMeta");
     w_.empty_dict();
     w_.mark();
     w_.str("checkpoint_id");
@@ -220,7 +218,7 @@ class Encoder {
 
   pickle::Writer w_;
   Slot metadata_cls_, bytes_cls_, tensor_cls_, properties_cls_, chunk_cls_, index_cls_,
-      info_cls_, torch_size_;
+      info_cls_, storage_meta_cls_, torch_size_;
   Slot offsets_, sizes_, fqn_, index_, offset_, relative_path_, length_;
 };
 
@@ -299,10 +297,11 @@ class Decoder {
     fail(what, " '", fqn, "' should be ", name, ", found ", describe(o));
   }
 
+  // Calls f(key, value) for each entry of a dict; `what` and `suffix` name it in the error.
   template <typename F>
-  void for_each_entry(ObjectPtr dict, const char* what, F&& f) const {
+  void for_each_entry(ObjectPtr dict, const char* what, F&& f, const char* suffix = "") const {
     if (dict->kind != Kind::Dict && !dict->calls("collections", "OrderedDict")) {
-      fail(what, " should be a dict, found ", describe(dict));
+      fail(what, suffix, " should be a dict, found ", describe(dict));
     }
     const auto& items = dict->items;
     for (size_t k = 0; k + 1 < items.size(); k += 2) f(items[k], items[k + 1]);
@@ -312,17 +311,15 @@ class Decoder {
   template <typename F>
   void for_each_field(ObjectPtr obj, const char* cls, F&& f) const {
     if (!obj->state) return;  // never BUILDt: all defaults
-    const ObjectPtr state = obj->state;
-    if (state->kind != Kind::Dict && !state->calls("collections", "OrderedDict")) {
-      fail(cls, " state should be a dict, found ", describe(state));
-    }
-    const auto& items = state->items;
-    for (size_t k = 0; k + 1 < items.size(); k += 2) {
-      if (items[k]->kind != Kind::Str) {
-        fail("a field name of ", cls, " should be a str, found ", describe(items[k]));
-      }
-      f(items[k]->str, items[k + 1]);
-    }
+    for_each_entry(
+        obj->state, cls,
+        [&](ObjectPtr k, ObjectPtr v) {
+          if (k->kind != Kind::Str) {
+            fail("a field name of ", cls, " should be a str, found ", describe(k));
+          }
+          f(k->str, v);
+        },
+        " state");
   }
 
   std::string as_str(ObjectPtr o, const char* what) const {

@@ -163,19 +163,16 @@ class Machine {
 
   Object* make(Kind kind) { return tree_.make(kind); }
   void push(Object* o) { stack_.push_back(o); }
+  // The value just below stack position `end`; it must lie above the topmost MARK.
+  Object* below(size_t end) {
+    if (end == 0 || (!marks_.empty() && end <= marks_.back())) fail("stack underflow");
+    return stack_[end - 1];
+  }
+  Object* top() { return below(stack_.size()); }
   Object* pop() {
-    if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) {
-      fail("stack underflow");
-    }
-    Object* o = stack_.back();
+    Object* o = top();
     stack_.pop_back();
     return o;
-  }
-  Object* top() {
-    if (stack_.empty() || (!marks_.empty() && stack_.size() <= marks_.back())) {
-      fail("stack underflow");
-    }
-    return stack_.back();
   }
   // Pops the topmost MARK; the values above it stay on the stack at [mark, size()).
   size_t pop_mark() {
@@ -299,8 +296,7 @@ class Machine {
       }
       case 'u': {
         const size_t m = pop_mark();
-        check(m > 0 && (marks_.empty() || m > marks_.back()), "stack underflow");
-        Object* target = stack_[m - 1];
+        Object* target = below(m);
         check_setitems_target(target, stack_.size() - m);
         move_items(target, m);
         break;
@@ -314,16 +310,14 @@ class Machine {
       }
       case 'e': {
         const size_t m = pop_mark();
-        check(m > 0 && (marks_.empty() || m > marks_.back()), "stack underflow");
-        Object* target = stack_[m - 1];
+        Object* target = below(m);
         check_appends_target(target);
         move_items(target, m);
         break;
       }
       case 0x90: {  // ADDITEMS
         const size_t m = pop_mark();
-        check(m > 0 && (marks_.empty() || m > marks_.back()), "stack underflow");
-        Object* target = stack_[m - 1];
+        Object* target = below(m);
         check(target->kind == Kind::Set, "ADDITEMS on a ", target->kind_name());
         move_items(target, m);
         break;
