@@ -16,9 +16,7 @@ N="${3:-4}"
 M="${4:-3}"
 WORK="${5:-$BUILD/bench_work}"
 PY="$ROOT/.venv/bin/python"
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl self,vader)
+source "$ROOT/tools/mpi_env.sh"
 rm -rf "$WORK" && mkdir -p "$WORK"
 LOG="$WORK/results.txt"
 : > "$LOG"

@@ -8,9 +8,7 @@ set -euo pipefail
 BUILD_DIR="${1:?usage: fsdp_demo.sh <build_dir> [work_dir]}"
 WORK="${2:-$BUILD_DIR/fsdp_demo}"
 TRAIN="$BUILD_DIR/examples/fsdp_train"
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl self,vader)
+source "$(dirname "${BASH_SOURCE[0]}")/mpi_env.sh"
 STEPS=12
 rm -rf "$WORK" && mkdir -p "$WORK"
 
