@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <string_view>
-#include <unordered_map>
 
 #include "format/dtypes.h"
 #include "metadata_internal.h"
@@ -45,14 +43,10 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
     std::vector<std::pair<MetadataIndex, StorageInfo>> entries) {
   // Intern the names (a checkpoint has far fewer tensors than chunks) and rank them in string
   // order, so the sort below compares integers.
-  std::unordered_map<std::string_view, uint32_t> id_of;
-  std::vector<std::string_view> names;
+  NameInterner interner;
   std::vector<uint32_t> name_id(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) {
-    auto [it, inserted] = id_of.try_emplace(entries[i].first.fqn, names.size());
-    if (inserted) names.push_back(it->first);
-    name_id[i] = it->second;
-  }
+  for (size_t i = 0; i < entries.size(); ++i) name_id[i] = interner.intern(entries[i].first.fqn).first;
+  const auto& names = interner.names();
   std::vector<uint32_t> by_name(names.size());
   std::iota(by_name.begin(), by_name.end(), 0);
   std::sort(by_name.begin(), by_name.end(),
@@ -61,7 +55,7 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
   for (uint32_t r = 0; r < by_name.size(); ++r) name_rank[by_name[r]] = r;
 
   // Bucket by name rank (a stable counting sort), then sort each bucket by offset; ties keep
-  // input order.
+  // input order. Buckets usually arrive sorted already (ranks in shard order): checked first.
   std::vector<size_t> start(names.size() + 1, 0);
   for (size_t i = 0; i < entries.size(); ++i) ++start[name_rank[name_id[i]] + 1];
   for (size_t r = 0; r < names.size(); ++r) start[r + 1] += start[r];
@@ -70,18 +64,22 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
     std::vector<size_t> next(start.begin(), start.end() - 1);
     for (size_t i = 0; i < entries.size(); ++i) order[next[name_rank[name_id[i]]]++] = i;
   }
+  auto offset_less = [&](size_t a, size_t b) {
+    const int c = compare_offsets(entries[a].first.offset, entries[b].first.offset);
+    return c != 0 ? c < 0 : a < b;
+  };
   for (size_t r = 0; r < names.size(); ++r) {
-    std::sort(order.begin() + start[r], order.begin() + start[r + 1], [&](size_t a, size_t b) {
-      const auto& oa = entries[a].first.offset;
-      const auto& ob = entries[b].first.offset;
-      return oa != ob ? oa < ob : a < b;
-    });
+    const auto begin = order.begin() + start[r], end = order.begin() + start[r + 1];
+    if (!std::is_sorted(begin, end, offset_less)) std::sort(begin, end, offset_less);
   }
 
   std::map<MetadataIndex, StorageInfo> out;
   for (size_t k = 0; k < order.size(); ++k) {
     // Equal keys sit together in input order; the last of them wins.
-    if (k + 1 < order.size() && entries[order[k]].first == entries[order[k + 1]].first) continue;
+    if (k + 1 < order.size() && name_id[order[k]] == name_id[order[k + 1]] &&
+        compare_offsets(entries[order[k]].first.offset, entries[order[k + 1]].first.offset) == 0) {
+      continue;
+    }
     auto& [index, info] = entries[order[k]];
     out.emplace_hint(out.end(), std::move(index), std::move(info));
   }

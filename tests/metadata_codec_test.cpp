@@ -44,6 +44,30 @@ TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(back.storage_data.count(MetadataIndex("scalar")), 0u);
 }
 
+TEST(MetadataCodecTest, RecurringNamesAndFilesRoundTripAndAreWrittenOnce) {
+  // Storage entries sorted by key repeat each name in a run, and the files in a cycle; here
+  // also with gaps and jumps, and a file named like a planner_data key (already memoized).
+  Metadata md = sample();
+  for (int t = 0; t < 5; ++t) {
+    const std::string fqn = "layers." + std::to_string(t) + ".w";
+    for (int r = 0; r < 7; ++r) {
+      if ((t + r) % 4 == 0) continue;
+      const std::string file = t == 3 ? "step" : "__" + std::to_string((r * 3 + t) % 7) + "_0.distcp";
+      md.storage_data[MetadataIndex(fqn, std::vector<int64_t>{r, 0}, r)] = {file, r * 10, 10, {}};
+    }
+  }
+  const std::string bytes = encode_metadata(md);
+  const Metadata back = decode_metadata(bytes.data(), bytes.size(), "test");
+  EXPECT_TRUE(back == md);
+  auto count = [&](const std::string& text) {
+    size_t n = 0;
+    for (size_t at = bytes.find(text); at != std::string::npos; at = bytes.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("__3_0.distcp"), 1u);
+  EXPECT_EQ(count("layers.2.w"), 1u);
+}
+
 TEST(MetadataCodecTest, UsesOnlyTheAllowedGlobals) {
   const std::string bytes = encode_metadata(sample());
   auto root = pickle::unpickle(bytes.data(), bytes.size(), "test");

@@ -144,6 +144,88 @@ TEST(GlobalPlanTest, OverlappingOutOfBoundsAndUncoveredChunksAreRejected) {
   expect_invalid(gap, "cover 3 of 4");
 }
 
+TEST(GlobalPlanTest, MergesPlannerDataFirstRankWinsAndRejectsKindConflicts) {
+  std::vector<SavePlan> plans(3);
+  plans[0].planner_data = {{"b", ObjectPath{Key("b")}}, {"d", ObjectPath{Key("d0")}}};
+  plans[1].planner_data = {{"a", ObjectPath{Key("a")}}, {"d", ObjectPath{Key("d1")}},
+                           {"e", ObjectPath{Key("e")}}};
+  plans[2].planner_data = {{"c", ObjectPath{Key("c")}}, {"f", ObjectPath{Key("f")}}};
+  auto [final_plans, md] = detail::create_default_global_save_plan(plans);
+  ASSERT_TRUE(md.planner_data.has_value());
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : *md.planner_data) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
+  EXPECT_EQ(md.planner_data->at("d"), ObjectPath{Key("d0")});
+
+  auto expect_invalid = [](std::vector<SavePlan> plans, const char* what) {
+    try {
+      detail::create_default_global_save_plan(std::move(plans));
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const c10::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  std::vector<SavePlan> twice(2);
+  twice[0].items.push_back(bytes_item("step"));
+  twice[1].items.push_back(bytes_item("step"));
+  expect_invalid(twice, "'step' is saved twice");
+  std::vector<SavePlan> mixed(2);
+  mixed[0].items.push_back(bytes_item("w"));
+  mixed[1].items.push_back(tensor_item("w", {0}, {4}, {4}));
+  expect_invalid(mixed, "both as a tensor and as a non-tensor value");
+  std::vector<SavePlan> disagree(2);
+  disagree[0].items.push_back(tensor_item("w", {0}, {2}, {4}));
+  disagree[1].items.push_back(tensor_item("w", {2}, {2}, {5}));
+  expect_invalid(disagree, "ranks disagree on the shape");
+}
+
+TEST(GlobalPlanTest, ShardsListedOutOfOffsetOrderAreDeduplicatedAndValidated) {
+  // Ranks hold a tensor's shards in reverse order, the names in rotated order, and rank 3
+  // repeats rank 0's shard: the sorts that usually find their input in order must run.
+  std::vector<SavePlan> plans(4);
+  const std::vector<std::string> names{"x", "y", "z"};
+  for (int r = 0; r < 4; ++r) {
+    const int64_t row = r < 3 ? 2 - r : 2;
+    for (int k = 0; k < 3; ++k) {
+      plans[r].items.push_back(tensor_item(names[(r + k) % 3], {row, 0}, {1, 2}, {3, 2}));
+    }
+  }
+  auto deduped = detail::dedup_save_plans(plans, true);
+  EXPECT_EQ(deduped[0].items.size(), 3u);
+  EXPECT_TRUE(deduped[3].items.empty());  // rank 0 (the lowest) keeps the repeated shard
+  auto [final_plans, md] = detail::create_default_global_save_plan(deduped);
+  for (const auto& name : names) {
+    const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at(name));
+    ASSERT_EQ(t.chunks.size(), 3u) << name;
+    EXPECT_EQ(t.chunks[0].offsets[0], 2) << name;  // rank order, not offset order
+  }
+  plans[3].items[0] = tensor_item("y", {1, 1}, {1, 1}, {3, 2});  // overlaps rank 1's row
+  std::vector<SavePlan> overlapping = detail::dedup_save_plans(plans, true);
+  EXPECT_THROW(detail::create_default_global_save_plan(overlapping), c10::ValueError);
+}
+
+TEST(NameInternerTest, IdsInFirstSeenOrderForRunsCyclesAndJumps) {
+  const std::vector<std::string> pool{"a", "bb", "a2", "c", "bb2", ""};
+  detail::NameInterner interner;
+  std::map<std::string, uint32_t> expected;
+  auto check = [&](const std::string& name) {
+    auto [it, inserted] = expected.try_emplace(name, static_cast<uint32_t>(expected.size()));
+    auto [id, fresh] = interner.intern(name);
+    EXPECT_EQ(id, it->second) << name;
+    EXPECT_EQ(fresh, inserted) << name;
+  };
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    for (const auto& n : pool) check(n);  // cycles: the "next" guess
+  }
+  for (const auto& n : pool) {
+    for (int k = 0; k < 3; ++k) check(n);  // runs: the "same" guess
+  }
+  for (size_t k = 0; k < 50; ++k) check(pool[(k * 7 + k / 3) % pool.size()]);  // jumps
+  check("new");
+  check("a");
+  EXPECT_EQ(interner.names().size(), pool.size() + 1);
+}
+
 TEST(ReshardingTest, ReadsAreTheOverlapBoxes) {
   TensorStorageMetadata saved;
   saved.size = {10, 4};

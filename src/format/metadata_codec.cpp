@@ -95,6 +95,18 @@ class Encoder {
     else slot = w_.global(module, name);
   }
 
+  // A str that recurs in runs or cycles (one per storage entry: its fqn, its file): its memo
+  // slot is found by the interner's guesses, mostly without hashing.
+  struct Recurring {
+    NameInterner ids;
+    std::vector<pickle::Writer::MemoIndex> slots;
+  };
+  void recurring(Recurring& r, std::string_view text) {
+    auto [id, inserted] = r.ids.intern(text);
+    if (inserted) r.slots.push_back(w_.str(text));
+    else w_.get(r.slots[id]);
+  }
+
   void new_object(Slot& slot, const char* module, const char* name) {
     global(slot, module, name);
     w_.empty_tuple();
@@ -164,7 +176,7 @@ class Encoder {
     w_.empty_dict();
     w_.mark();
     name(fqn_, "fqn");
-    w_.str(index.fqn);
+    recurring(fqns_, index.fqn);
     name(index_, "index");
     if (index.index) w_.integer(*index.index);
     else w_.none();
@@ -181,7 +193,7 @@ class Encoder {
     w_.empty_dict();
     w_.mark();
     name(relative_path_, "relative_path");
-    w_.str(info.relative_path);
+    recurring(paths_, info.relative_path);
     name(offset_, "offset");
     w_.integer(info.offset);
     name(length_, "length");
@@ -220,6 +232,7 @@ class Encoder {
   Slot metadata_cls_, bytes_cls_, tensor_cls_, properties_cls_, chunk_cls_, index_cls_,
       info_cls_, storage_meta_cls_, torch_size_;
   Slot offsets_, sizes_, fqn_, index_, offset_, relative_path_, length_;
+  Recurring fqns_, paths_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -10,9 +10,8 @@
 // per item, few distinct names) and sorted by offset inside each group. Only when a duplicate
 // exists does the walk of step 2-5 run.
 #include <algorithm>
-#include <string_view>
-#include <unordered_map>
 
+#include "metadata_internal.h"
 #include "planner/planner_helpers.h"
 
 namespace dcp::detail {
@@ -34,14 +33,14 @@ int64_t weight_of(const WriteItem& item) {
 }  // namespace
 
 std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to_lowest_rank) {
-  std::unordered_map<std::string_view, size_t> group_of;
+  NameInterner group_of;
   std::vector<std::vector<Occurrence>> groups;
   for (size_t r = 0; r < plans.size(); ++r) {
     const auto& items = plans[r].items;
     for (size_t p = 0; p < items.size(); ++p) {
-      auto [it, inserted] = group_of.try_emplace(items[p].index.fqn, groups.size());
+      auto [group, inserted] = group_of.intern(items[p].index.fqn);
       if (inserted) groups.emplace_back();
-      groups[it->second].push_back(
+      groups[group].push_back(
           Occurrence{&items[p], static_cast<uint32_t>(r), static_cast<uint32_t>(p)});
     }
   }
@@ -50,12 +49,17 @@ std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to
   std::vector<std::vector<Occurrence>> dups;
   for (auto& group : groups) {
     if (group.size() < 2) continue;
-    std::stable_sort(group.begin(), group.end(), [](const Occurrence& a, const Occurrence& b) {
-      return a.item->index.offset < b.item->index.offset;
-    });
+    // Ranks usually list a tensor's shards in offset order: sorting is then skipped.
+    auto offset_less = [](const Occurrence& a, const Occurrence& b) {
+      return compare_offsets(a.item->index.offset, b.item->index.offset) < 0;
+    };
+    if (!std::is_sorted(group.begin(), group.end(), offset_less)) {
+      std::stable_sort(group.begin(), group.end(), offset_less);
+    }
     for (size_t begin = 0; begin < group.size();) {
       size_t end = begin + 1;
-      while (end < group.size() && group[end].item->index.offset == group[begin].item->index.offset)
+      while (end < group.size() &&
+             compare_offsets(group[end].item->index.offset, group[begin].item->index.offset) == 0)
         ++end;
       if (end - begin > 1) dups.emplace_back(group.begin() + begin, group.begin() + end);
       begin = end;

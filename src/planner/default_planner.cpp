@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "dcp/planner.h"
+#include "metadata_internal.h"
 #include "planner/planner_helpers.h"
 
 namespace dcp {
@@ -72,31 +73,34 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
     std::vector<SavePlan> plans) {
   Metadata md;
   md.planner_data.emplace();
-  // Entries by name, hashed: a save has far fewer names than items, and every item looks its
+  // Entries by interned name: a save has far fewer names than items, and every item looks its
   // name up (views into the map's keys, which never move).
-  std::unordered_map<std::string_view, StorageMetadata*> entry_of;
-  std::unordered_set<std::string_view> in_planner_data;
+  NameInterner names;
+  std::vector<StorageMetadata*> entry_of;
   for (auto& plan : plans) {
     for (auto& item : plan.items) {
-      auto existing = entry_of.find(item.index.fqn);
+      const uint32_t id = names.intern(item.index.fqn).first;
+      const bool seen = id < entry_of.size();
+      if (!seen) {
+        // Intern the map's key instead, which outlives the plans' strings.
+        auto it = item.type == WriteItemType::BYTE_IO
+                      ? md.state_dict_metadata.emplace(item.index.fqn, BytesStorageMetadata{}).first
+                      : md.state_dict_metadata.emplace(item.index.fqn, TensorStorageMetadata{}).first;
+        entry_of.push_back(&it->second);
+      }
       if (item.type == WriteItemType::BYTE_IO) {
-        TORCH_CHECK_VALUE(existing == entry_of.end(), "'", item.index.fqn,
+        TORCH_CHECK_VALUE(!seen, "'", item.index.fqn,
                           "' is saved twice with different kinds or offsets");
-        auto it = md.state_dict_metadata.emplace(item.index.fqn, BytesStorageMetadata{}).first;
-        entry_of.emplace(it->first, &it->second);
         continue;
       }
       TORCH_INTERNAL_ASSERT(item.tensor_data.has_value(), "tensor item without tensor data");
-      if (existing == entry_of.end()) {
-        TensorStorageMetadata t;
-        t.properties = item.tensor_data->properties;
-        t.size = item.tensor_data->size;
-        auto it = md.state_dict_metadata.emplace(item.index.fqn, std::move(t)).first;
-        existing = entry_of.emplace(it->first, &it->second).first;
-      }
-      auto* t = std::get_if<TensorStorageMetadata>(existing->second);
+      auto* t = std::get_if<TensorStorageMetadata>(entry_of[id]);
       TORCH_CHECK_VALUE(t != nullptr, "'", item.index.fqn,
                         "' is saved both as a tensor and as a non-tensor value");
+      if (!seen) {
+        t->properties = item.tensor_data->properties;
+        t->size = item.tensor_data->size;
+      }
       TORCH_CHECK_VALUE(item.type == WriteItemType::SHARD || t->chunks.empty(), "'",
                         item.index.fqn, "' is saved as a whole tensor by several ranks with ",
                         "different offsets");
@@ -106,10 +110,18 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
       item.index.index = static_cast<int64_t>(t->chunks.size());
       t->chunks.push_back(item.tensor_data->chunk);
     }
+    // Merge planner_data (the first rank to name a key wins, as Python's ChainMap): both maps
+    // are sorted, so one walk finds each key's place; ranks mostly share every key.
+    auto& merged = *md.planner_data;
+    auto at = merged.begin();
     for (const auto& [fqn, path] : plan.planner_data) {
-      if (in_planner_data.count(fqn)) continue;
-      auto it = md.planner_data->emplace(fqn, path).first;
-      in_planner_data.insert(it->first);
+      int c = -1;
+      while (at != merged.end() && (c = at->first.compare(fqn)) < 0) ++at;
+      if (at != merged.end() && c == 0) {
+        ++at;
+        continue;
+      }
+      merged.emplace_hint(at, fqn, path);
     }
   }
   const std::string problem = validate_global_plan(md, plans.size());

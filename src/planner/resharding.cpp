@@ -67,6 +67,7 @@ std::string validate_global_plan(const Metadata& metadata, size_t num_plans) {
     if (t == nullptr || t->size.empty()) continue;
     int64_t covered = 0;
     std::vector<size_t> nonempty;
+    nonempty.reserve(t->chunks.size());
     for (size_t i = 0; i < t->chunks.size(); ++i) {
       const auto& c = t->chunks[i];
       if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size()) {
@@ -86,9 +87,13 @@ std::string validate_global_plan(const Metadata& metadata, size_t num_plans) {
     }
     const size_t dim = static_cast<size_t>(
         std::max_element(t->size.begin(), t->size.end()) - t->size.begin());
-    std::sort(nonempty.begin(), nonempty.end(), [&](size_t a, size_t b) {
+    auto by_offset = [&](size_t a, size_t b) {
       return t->chunks[a].offsets[dim] < t->chunks[b].offsets[dim];
-    });
+    };
+    // Chunks usually arrive in offset order (ranks in shard order): sorting is then skipped.
+    if (!std::is_sorted(nonempty.begin(), nonempty.end(), by_offset)) {
+      std::sort(nonempty.begin(), nonempty.end(), by_offset);
+    }
     for (size_t x = 0; x < nonempty.size(); ++x) {
       const auto& a = t->chunks[nonempty[x]];
       for (size_t y = x + 1; y < nonempty.size(); ++y) {
