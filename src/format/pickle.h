@@ -140,9 +140,16 @@ class Writer {
   /// Reserves room for about `bytes` of output (avoids regrowing a large pickle).
   void reserve(size_t bytes) { out_.reserve(bytes); }
 
-  void none();
-  void boolean(bool v);
-  void integer(int64_t v);
+  void none() { op('N'); }
+  void boolean(bool v) { op(v ? 0x88 : 0x89); }
+  void integer(int64_t v) {
+    if (v >= 0 && v < 256) {
+      op('K');
+      op(static_cast<uint8_t>(v));
+    } else {
+      wide_integer(v);
+    }
+  }
   void float64(double v);
   /// A str; repeated strings are written once and fetched from the memo.
   MemoIndex str(std::string_view v);
@@ -151,12 +158,20 @@ class Writer {
   /// A global reference (memoized).
   MemoIndex global(std::string_view module, std::string_view name);
   /// Pushes the value in memo slot `index` (from an earlier str() or global()).
-  void get(MemoIndex index);
-  void mark();
+  void get(MemoIndex index) {
+    if (index < 256) {
+      op('h');
+      op(static_cast<uint8_t>(index));
+    } else {
+      op('j');
+      u32(index);
+    }
+  }
+  void mark() { op('('); }
   /// Builds a tuple of the last n pushed values (n <= 3 uses TUPLEn; otherwise requires mark()).
   void tuple(size_t n);
   /// Builds a tuple from everything since the last mark().
-  void tuple_from_mark();
+  void tuple_from_mark() { op('t'); }
   /// begin_tuple(n); <push n values>; end_tuple(n): a tuple of any length.
   void begin_tuple(size_t n) {
     if (n > 3) mark();
@@ -165,15 +180,15 @@ class Writer {
     if (n > 3) tuple_from_mark();
     else tuple(n);
   }
-  void empty_tuple();
-  void empty_list();
-  void appends();  // after mark() and the items
-  void empty_dict();
-  void setitems();  // after mark() and key/value pairs
-  void reduce();
-  void newobj();
-  void build();
-  void binpersid();
+  void empty_tuple() { op(')'); }
+  void empty_list() { op(']'); }
+  void appends() { op('e'); }  // after mark() and the items
+  void empty_dict() { op('}'); }
+  void setitems() { op('u'); }  // after mark() and key/value pairs
+  void reduce() { op('R'); }
+  void newobj() { op(0x81); }
+  void build() { op('b'); }
+  void binpersid() { op('Q'); }
   /// Appends STOP and returns the pickle.
   std::string finish();
 
@@ -183,7 +198,12 @@ class Writer {
   using MemoTable = std::unordered_map<std::string_view, MemoIndex>;
   MemoIndex memoize_top(MemoTable& table, std::string key);
   void op(uint8_t code) { out_.push_back(static_cast<char>(code)); }
-  void u32(uint32_t v);
+  void u32(uint32_t v) {
+    const char b[4] = {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16),
+                       static_cast<char>(v >> 24)};
+    out_.append(b, 4);
+  }
+  void wide_integer(int64_t v);  // integer() past 0-255
 
   std::string out_;
   std::deque<std::string> keys_;

@@ -16,22 +16,6 @@ Writer::Writer() {
   op(2);
 }
 
-void Writer::u32(uint32_t v) {
-  char b[4];
-  for (int k = 0; k < 4; ++k) b[k] = static_cast<char>(v >> (8 * k));
-  out_.append(b, 4);
-}
-
-void Writer::get(MemoIndex index) {
-  if (index < 256) {
-    op('h');
-    op(static_cast<uint8_t>(index));
-  } else {
-    op('j');
-    u32(index);
-  }
-}
-
 Writer::MemoIndex Writer::memoize_top(MemoTable& table, std::string key) {
   const MemoIndex index = next_memo_++;
   table.emplace(keys_.emplace_back(std::move(key)), index);
@@ -45,15 +29,8 @@ Writer::MemoIndex Writer::memoize_top(MemoTable& table, std::string key) {
   return index;
 }
 
-void Writer::none() { op('N'); }
-
-void Writer::boolean(bool v) { op(v ? 0x88 : 0x89); }
-
-void Writer::integer(int64_t v) {
-  if (v >= 0 && v < 256) {
-    op('K');
-    op(static_cast<uint8_t>(v));
-  } else if (v >= 0 && v < 65536) {
+void Writer::wide_integer(int64_t v) {
+  if (v >= 0 && v < 65536) {
     op('M');
     op(static_cast<uint8_t>(v));
     op(static_cast<uint8_t>(v >> 8));
@@ -130,8 +107,6 @@ Writer::MemoIndex Writer::global(std::string_view module, std::string_view name)
   return memoize_top(globals_, std::move(key));
 }
 
-void Writer::mark() { op('('); }
-
 void Writer::tuple(size_t n) {
   switch (n) {
     case 0: op(')'); break;
@@ -141,17 +116,6 @@ void Writer::tuple(size_t n) {
     default: TORCH_INTERNAL_ASSERT(false, "tuple(n) with n > 3 needs mark() and tuple_from_mark()");
   }
 }
-
-void Writer::tuple_from_mark() { op('t'); }
-void Writer::empty_tuple() { op(')'); }
-void Writer::empty_list() { op(']'); }
-void Writer::appends() { op('e'); }
-void Writer::empty_dict() { op('}'); }
-void Writer::setitems() { op('u'); }
-void Writer::reduce() { op('R'); }
-void Writer::newobj() { op(0x81); }
-void Writer::build() { op('b'); }
-void Writer::binpersid() { op('Q'); }
 
 std::string Writer::finish() {
   op('.');
