@@ -6,10 +6,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstring>
 #include <functional>
+#include <map>
+#include <set>
+#include <tuple>
 
 #include "dcp/dcp.h"
 #include "io/file.h"
+#include "storage/item_io.h"
 #include "testing/test_util.h"
 
 namespace dcp {
@@ -223,6 +228,75 @@ TEST_P(StorageConformanceTest, FailedResaveInPlaceLeavesNoCheckpointRatherThanAC
   // And a successful re-save is loadable again.
   save_to("ckpt", bigger);
   expect_same(bigger, load_from("ckpt", bigger));
+}
+
+// An in-memory copy of a data file that records every read.
+class RecordingFile : public detail::InputFile {
+ public:
+  RecordingFile(std::string name, std::string bytes,
+                std::vector<std::tuple<std::string, uint64_t, size_t>>* log)
+      : name_(std::move(name)), bytes_(std::move(bytes)), log_(log) {}
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return bytes_.size(); }
+  void read(uint64_t offset, void* dst, size_t n) const override {
+    ASSERT_LE(offset + n, bytes_.size());
+    std::memcpy(dst, bytes_.data() + offset, n);
+    log_->emplace_back(name_, offset, n);
+  }
+
+ private:
+  std::string name_, bytes_;
+  std::vector<std::tuple<std::string, uint64_t, size_t>>* log_;
+};
+
+TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
+  // Files hold tensors largest first, so key order ("a" < "b" < ...) would jump backwards.
+  StateDict sd;
+  const std::vector<std::pair<std::string, int64_t>> specs{
+      {"a", 300}, {"b", 5000}, {"c", 1200}, {"d", 4000}, {"e", 2500}, {"f", 700}};
+  for (size_t k = 0; k < specs.size(); ++k) {
+    sd[specs[k].first] = testing::make_tensor(at::kFloat, {specs[k].second}, int64_t(k));
+  }
+  testing::TempDir dir;
+  FileSystemWriterOptions wo;
+  wo.thread_count = 2;
+  FileSystemWriter writer(dir.sub("ckpt"), wo);
+  save(sd, writer);
+  FileSystemReader reader(dir.sub("ckpt"));
+  const Metadata md = reader.read_metadata();
+
+  StateDict out = testing::blank_like(sd);
+  DefaultLoadPlanner planner;
+  planner.set_up_planner(out, md, true);
+  const LoadPlan plan = planner.create_local_plan();
+  std::vector<std::tuple<std::string, uint64_t, size_t>> log;
+  detail::read_items(
+      plan, planner, md,
+      [&](const std::string& name) {
+        return std::make_shared<RecordingFile>(name, detail::read_file(dir.sub("ckpt/" + name)),
+                                               &log);
+      },
+      1, 0);
+  EXPECT_TRUE(testing::describe_difference(Value(sd), Value(out)).empty());
+
+  // The tensor data reads of each file (reads of a whole tensor's bytes), in the order made.
+  std::set<size_t> tensor_bytes;
+  for (const auto& [name, numel] : specs) tensor_bytes.insert(static_cast<size_t>(numel) * 4);
+  std::map<std::string, std::vector<uint64_t>> data_reads;
+  for (const auto& [name, offset, n] : log) {
+    if (tensor_bytes.count(n)) data_reads[name].push_back(offset);
+  }
+  ASSERT_EQ(data_reads.size(), 2u);
+  for (const auto& [name, offsets] : data_reads) {
+    EXPECT_EQ(offsets.size(), 3u) << name;
+    EXPECT_TRUE(std::is_sorted(offsets.begin(), offsets.end())) << name;
+  }
+  // And key order would not have been file order.
+  std::map<std::string, std::vector<int64_t>> by_key;
+  for (const auto& [index, info] : md.storage_data) by_key[info.relative_path].push_back(info.offset);
+  EXPECT_TRUE(std::any_of(by_key.begin(), by_key.end(), [](const auto& file) {
+    return !std::is_sorted(file.second.begin(), file.second.end());
+  }));
 }
 
 INSTANTIATE_TEST_SUITE_P(
