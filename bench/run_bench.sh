@@ -7,7 +7,12 @@
 # then prints wall time, GB/s, peak RSS overhead per rank, bytes read against bytes needed, and
 # the ratios dcp / Python and dcp / raw disk. Page cache: files are evicted before every load.
 #
+# The disk's speed drifts during a run (the host caches below the guest), so every case runs
+# `rounds` times, Python and dcp alternating within each round, and the table reports each
+# case's median (with the fastest and slowest run).
+#
 #   bench/run_bench.sh [build_dir=build] [MiB=2048] [ranks=4] [reshard_ranks=3] [work_dir]
+#                      [rounds=3]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -15,6 +20,7 @@ MIB="${2:-2048}"
 N="${3:-4}"
 M="${4:-3}"
 WORK="${5:-$BUILD/bench_work}"
+ROUNDS="${6:-3}"
 PY="$ROOT/.venv/bin/python"
 source "$ROOT/tools/mpi_env.sh"
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -22,36 +28,45 @@ LOG="$WORK/results.txt"
 : > "$LOG"
 run() { local name=$1; shift; echo "== $name" >&2; "$@" | grep '^RESULT' | sed "s/^RESULT/RESULT case=$name/" | tee -a "$LOG" >&2; }
 
-run python_save "$PY" "$ROOT/bench/python_dcp_bench.py" save "$WORK/py" "$MIB" "$N"
-run python_load "$PY" "$ROOT/bench/python_dcp_bench.py" load "$WORK/py" "$MIB" "$N"
-run python_reshard "$PY" "$ROOT/bench/python_dcp_bench.py" load "$WORK/py" "$MIB" "$M"
-rm -rf "$WORK/py"
-run dcp_save "${MPIRUN[@]}" -np "$N" "$BUILD/bench/dcp_bench" save "$WORK/cpp" "$MIB"
-run dcp_load "${MPIRUN[@]}" -np "$N" "$BUILD/bench/dcp_bench" load "$WORK/cpp" "$MIB"
-run dcp_reshard "${MPIRUN[@]}" -np "$M" "$BUILD/bench/dcp_bench" load "$WORK/cpp" "$MIB"
-BYTES=$(du -sb "$WORK/cpp" | cut -f1)
-rm -rf "$WORK/cpp"
-run raw "$BUILD/bench/raw_disk_bench" "$WORK" "$BYTES" "$N"
+for round in $(seq "$ROUNDS"); do
+  echo "=== round $round of $ROUNDS" >&2
+  rm -rf "$WORK/py" "$WORK/cpp"
+  run python_save "$PY" "$ROOT/bench/python_dcp_bench.py" save "$WORK/py" "$MIB" "$N"
+  run dcp_save "${MPIRUN[@]}" -np "$N" "$BUILD/bench/dcp_bench" save "$WORK/cpp" "$MIB"
+  run python_load "$PY" "$ROOT/bench/python_dcp_bench.py" load "$WORK/py" "$MIB" "$N"
+  run dcp_load "${MPIRUN[@]}" -np "$N" "$BUILD/bench/dcp_bench" load "$WORK/cpp" "$MIB"
+  run python_reshard "$PY" "$ROOT/bench/python_dcp_bench.py" load "$WORK/py" "$MIB" "$M"
+  run dcp_reshard "${MPIRUN[@]}" -np "$M" "$BUILD/bench/dcp_bench" load "$WORK/cpp" "$MIB"
+  BYTES=$(du -sb "$WORK/cpp" | cut -f1)
+  rm -rf "$WORK/py" "$WORK/cpp"
+  run raw "$BUILD/bench/raw_disk_bench" "$WORK" "$BYTES" "$N"
+done
 
-"$PY" - "$LOG" "$N" "$M" <<'PYEOF'
-import sys
-rows = {}
+"$PY" - "$LOG" "$N" "$M" "$ROUNDS" <<'PYEOF'
+import statistics, sys
+runs = {}
 for line in open(sys.argv[1]):
     kv = dict(p.split("=", 1) for p in line.split()[1:])
-    rows[kv["case"] + ("_" + kv["op"] if kv["case"] == "raw" else "")] = kv
-n, m = sys.argv[2], sys.argv[3]
+    runs.setdefault(kv["case"] + ("_" + kv["op"] if kv["case"] == "raw" else ""), []).append(kv)
+n, m, rounds = sys.argv[2], sys.argv[3], sys.argv[4]
+def median_run(rs):  # the run with the median time (the lower middle one for an even count)
+    return sorted(rs, key=lambda r: float(r["seconds"]))[(len(rs) - 1) // 2]
+rows = {k: median_run(v) for k, v in runs.items()}
 def gbps(r): return float(r["bytes"]) / float(r["seconds"]) / 1e9
-print(f"\n{'case':<28}{'wall s':>9}{'GB/s':>8}{'peak RSS +MiB/rank':>20}{'read/needed':>13}")
+print(f"\nmedian of {rounds} rounds per case (fastest - slowest run in brackets)")
+print(f"{'case':<28}{'wall s':>9}{'(min - max)':>16}{'GB/s':>8}{'peak RSS +MiB/rank':>20}{'read/needed':>13}")
 for key, label in [("python_save", f"Python DCP save ({n})"), ("dcp_save", f"dcp save ({n})"),
                    ("python_load", f"Python DCP load ({n})"), ("dcp_load", f"dcp load ({n})"),
                    ("python_reshard", f"Python DCP load ({n}->{m})"), ("dcp_reshard", f"dcp load ({n}->{m})"),
                    ("raw_raw_write", "raw O_DIRECT write"), ("raw_raw_read", "raw O_DIRECT read")]:
     r = rows.get(key)
     if not r: continue
+    times = [float(x["seconds"]) for x in runs[key]]
+    spread = f"({min(times):.2f} - {max(times):.2f})"
     ratio = (f"{float(r['read_bytes'])/float(r['bytes']):.2f}x"
              if "read_bytes" in r and r["op"] == "load" else "")
-    rss = r.get("peak_rss_overhead_mib", "")
-    print(f"{label:<28}{float(r['seconds']):>9.2f}{gbps(r):>8.2f}{rss:>20}{ratio:>13}")
+    rss = max((x.get("peak_rss_overhead_mib", "") for x in runs[key]), key=lambda v: float(v or 0))
+    print(f"{label:<28}{float(r['seconds']):>9.2f}{spread:>16}{gbps(r):>8.2f}{rss:>20}{ratio:>13}")
 print()
 for op, py, ours, raw in [("save", "python_save", "dcp_save", "raw_raw_write"),
                           ("load", "python_load", "dcp_load", "raw_raw_read"),
@@ -61,6 +76,6 @@ for op, py, ours, raw in [("save", "python_save", "dcp_save", "raw_raw_write"),
         if raw in rows:
             line += f"   dcp / raw disk: {gbps(rows[ours])/gbps(rows[raw]):.2f}"
         print(line)
-if "raw_raw_write" in rows and rows["raw_raw_write"].get("direct") == "0":
+if any(r.get("direct") == "0" for r in runs.get("raw_raw_write", [])):
     print("(the file system refused O_DIRECT: the raw baseline is buffered IO + fsync)")
 PYEOF

@@ -45,7 +45,12 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
   // order, so the sort below compares integers.
   NameInterner interner;
   std::vector<uint32_t> name_id(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) name_id[i] = interner.intern(entries[i].first.fqn).first;
+  std::vector<OffsetHead> head(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i + kPrefetchDistance < entries.size()) prefetch(entries[i + kPrefetchDistance].first);
+    name_id[i] = interner.intern(entries[i].first.fqn).first;
+    head[i] = OffsetHead::of(entries[i].first.offset);
+  }
   const auto& names = interner.names();
   std::vector<uint32_t> by_name(names.size());
   std::iota(by_name.begin(), by_name.end(), 0);
@@ -64,8 +69,11 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
     std::vector<size_t> next(start.begin(), start.end() - 1);
     for (size_t i = 0; i < entries.size(); ++i) order[next[name_rank[name_id[i]]]++] = i;
   }
+  auto compare = [&](size_t a, size_t b) {
+    return compare_offsets(head[a], entries[a].first.offset, head[b], entries[b].first.offset);
+  };
   auto offset_less = [&](size_t a, size_t b) {
-    const int c = compare_offsets(entries[a].first.offset, entries[b].first.offset);
+    const int c = compare(a, b);
     return c != 0 ? c < 0 : a < b;
   };
   for (size_t r = 0; r < names.size(); ++r) {
@@ -75,9 +83,12 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
 
   std::map<MetadataIndex, StorageInfo> out;
   for (size_t k = 0; k < order.size(); ++k) {
+    if (k + kPrefetchDistance < order.size()) {
+      __builtin_prefetch(&entries[order[k + kPrefetchDistance]]);
+    }
     // Equal keys sit together in input order; the last of them wins.
     if (k + 1 < order.size() && name_id[order[k]] == name_id[order[k + 1]] &&
-        compare_offsets(entries[order[k]].first.offset, entries[order[k + 1]].first.offset) == 0) {
+        compare(order[k], order[k + 1]) == 0) {
       continue;
     }
     auto& [index, info] = entries[order[k]];

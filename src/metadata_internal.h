@@ -45,6 +45,19 @@ class NameInterner {
   uint32_t last_ = UINT32_MAX;  // wraps to a first guess of 0
 };
 
+/// Walks over millions of plan items or storage entries are bound by cache misses on the
+/// heap blocks each one owns (its name, its offsets). Loops fetch the entry this many steps
+/// ahead while they work on the current one.
+inline constexpr size_t kPrefetchDistance = 8;
+inline void prefetch(const MetadataIndex& index) {
+  __builtin_prefetch(index.fqn.data());
+  if (index.offset) __builtin_prefetch(index.offset->data());
+}
+inline void prefetch(const ChunkStorageMetadata& chunk) {
+  __builtin_prefetch(chunk.offsets.data());
+  __builtin_prefetch(chunk.sizes.data());
+}
+
 /// Chunk offsets in Python's order (None first, then lexicographic), without the library
 /// calls std::vector's operators make: these compares run millions of times per save.
 inline int compare_offsets(const std::optional<std::vector<int64_t>>& a,
@@ -55,6 +68,26 @@ inline int compare_offsets(const std::optional<std::vector<int64_t>>& a,
     if ((*a)[d] != (*b)[d]) return (*a)[d] < (*b)[d] ? -1 : 1;
   }
   return a->size() == b->size() ? 0 : (a->size() < b->size() ? -1 : 1);
+}
+
+/// The head of a chunk offset, copied next to whatever sorts it: ordering millions of offsets
+/// then rarely follows the pointer to the offset's own heap block.
+struct OffsetHead {
+  int64_t lead = 0;  // offset[0] when kind == 2
+  uint8_t kind = 0;  // 0: no offset, 1: empty offset, 2: non-empty (compare_offsets' order)
+
+  static OffsetHead of(const std::optional<std::vector<int64_t>>& offset) {
+    if (!offset) return {0, 0};
+    return offset->empty() ? OffsetHead{0, 1} : OffsetHead{offset->front(), 2};
+  }
+};
+
+/// compare_offsets(a, b), where ha and hb are their heads.
+inline int compare_offsets(OffsetHead ha, const std::optional<std::vector<int64_t>>& a,
+                           OffsetHead hb, const std::optional<std::vector<int64_t>>& b) {
+  if (ha.kind != hb.kind) return ha.kind < hb.kind ? -1 : 1;
+  if (ha.lead != hb.lead) return ha.lead < hb.lead ? -1 : 1;
+  return ha.kind == 2 ? compare_offsets(a, b) : 0;
 }
 
 }  // namespace dcp::detail

@@ -62,7 +62,13 @@ class Encoder {
     w_.str("storage_data");
     w_.empty_dict();
     w_.mark();
+    auto ahead = md.storage_data.begin();
+    for (size_t k = 0; k < kPrefetchDistance && ahead != md.storage_data.end(); ++k) ++ahead;
     for (const auto& [index, info] : md.storage_data) {
+      if (ahead != md.storage_data.end()) {
+        prefetch(ahead->first);
+        ++ahead;
+      }
       metadata_index(index);
       storage_info(info);
     }
@@ -155,7 +161,9 @@ class Encoder {
     w_.str("chunks");
     w_.empty_list();
     w_.mark();
-    for (const auto& chunk : t.chunks) {
+    for (size_t c = 0; c < t.chunks.size(); ++c) {
+      if (c + kPrefetchDistance < t.chunks.size()) prefetch(t.chunks[c + kPrefetchDistance]);
+      const auto& chunk = t.chunks[c];
       new_object(chunk_cls_, kMetadataModule, "ChunkStorageMetadata");
       w_.empty_dict();
       w_.mark();

@@ -17,10 +17,17 @@
 namespace dcp::detail {
 namespace {
 
+// One item of a name's group, with the head of its offset copied in (the group's items lie in
+// a thousand different plans: comparing them through the pointer would miss the cache twice).
 struct Occurrence {
   const WriteItem* item;
   uint32_t rank;
   uint32_t pos;
+  OffsetHead head;
+
+  int compare(const Occurrence& o) const {
+    return compare_offsets(head, item->index.offset, o.head, o.item->index.offset);
+  }
 };
 
 int64_t weight_of(const WriteItem& item) {
@@ -38,10 +45,12 @@ std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to
   for (size_t r = 0; r < plans.size(); ++r) {
     const auto& items = plans[r].items;
     for (size_t p = 0; p < items.size(); ++p) {
+      if (p + kPrefetchDistance < items.size()) prefetch(items[p + kPrefetchDistance].index);
       auto [group, inserted] = group_of.intern(items[p].index.fqn);
       if (inserted) groups.emplace_back();
-      groups[group].push_back(
-          Occurrence{&items[p], static_cast<uint32_t>(r), static_cast<uint32_t>(p)});
+      groups[group].push_back(Occurrence{&items[p], static_cast<uint32_t>(r),
+                                         static_cast<uint32_t>(p),
+                                         OffsetHead::of(items[p].index.offset)});
     }
   }
 
@@ -50,17 +59,13 @@ std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to
   for (auto& group : groups) {
     if (group.size() < 2) continue;
     // Ranks usually list a tensor's shards in offset order: sorting is then skipped.
-    auto offset_less = [](const Occurrence& a, const Occurrence& b) {
-      return compare_offsets(a.item->index.offset, b.item->index.offset) < 0;
-    };
+    auto offset_less = [](const Occurrence& a, const Occurrence& b) { return a.compare(b) < 0; };
     if (!std::is_sorted(group.begin(), group.end(), offset_less)) {
       std::stable_sort(group.begin(), group.end(), offset_less);
     }
     for (size_t begin = 0; begin < group.size();) {
       size_t end = begin + 1;
-      while (end < group.size() &&
-             compare_offsets(group[end].item->index.offset, group[begin].item->index.offset) == 0)
-        ++end;
+      while (end < group.size() && group[end].compare(group[begin]) == 0) ++end;
       if (end - begin > 1) dups.emplace_back(group.begin() + begin, group.begin() + end);
       begin = end;
     }

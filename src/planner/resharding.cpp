@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "metadata_internal.h"
 #include "planner/planner_helpers.h"
 
 namespace dcp::detail {
@@ -69,6 +70,7 @@ std::string validate_global_plan(const Metadata& metadata, size_t num_plans) {
     std::vector<size_t> nonempty;
     nonempty.reserve(t->chunks.size());
     for (size_t i = 0; i < t->chunks.size(); ++i) {
+      if (i + kPrefetchDistance < t->chunks.size()) prefetch(t->chunks[i + kPrefetchDistance]);
       const auto& c = t->chunks[i];
       if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size()) {
         return c10::str("'", fqn, "': chunk ", i, " has the wrong number of dimensions");
