@@ -7,12 +7,13 @@
 # then prints wall time, GB/s, peak RSS overhead per rank, bytes read against bytes needed, and
 # the ratios dcp / Python and dcp / raw disk. Page cache: files are evicted before every load.
 #
-# The disk's speed drifts during a run (the host caches below the guest), so every case runs
-# `rounds` times, Python and dcp alternating within each round, and the table reports each
-# case's median (with the fastest and slowest run).
+# The disk's speed drifts during a run, and what ran just before a case changes what the host
+# (below the guest's page cache) still caches. So every case runs `rounds` times, Python and
+# dcp taking turns to go first, and the table reports each case's median time (with the
+# fastest and slowest run).
 #
 #   bench/run_bench.sh [build_dir=build] [MiB=2048] [ranks=4] [reshard_ranks=3] [work_dir]
-#                      [rounds=3]
+#                      [rounds=4]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -20,7 +21,7 @@ MIB="${2:-2048}"
 N="${3:-4}"
 M="${4:-3}"
 WORK="${5:-$BUILD/bench_work}"
-ROUNDS="${6:-3}"
+ROUNDS="${6:-4}"
 PY="$ROOT/.venv/bin/python"
 source "$ROOT/tools/mpi_env.sh"
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -28,15 +29,18 @@ LOG="$WORK/results.txt"
 : > "$LOG"
 run() { local name=$1; shift; echo "== $name" >&2; "$@" | grep '^RESULT' | sed "s/^RESULT/RESULT case=$name/" | tee -a "$LOG" >&2; }
 
+py() { run "python_$1" "$PY" "$ROOT/bench/python_dcp_bench.py" "$2" "$WORK/py" "$MIB" "$3"; }
+ours() { run "dcp_$1" "${MPIRUN[@]}" -np "$3" "$BUILD/bench/dcp_bench" "$2" "$WORK/cpp" "$MIB"; }
+both() {  # both <case> <op> <ranks> <round>: odd rounds Python first, even rounds dcp first
+  if (( $4 % 2 )); then py "$1" "$2" "$3"; ours "$1" "$2" "$3"
+  else ours "$1" "$2" "$3"; py "$1" "$2" "$3"; fi
+}
 for round in $(seq "$ROUNDS"); do
   echo "=== round $round of $ROUNDS" >&2
   rm -rf "$WORK/py" "$WORK/cpp"
-  run python_save "$PY" "$ROOT/bench/python_dcp_bench.py" save "$WORK/py" "$MIB" "$N"
-  run dcp_save "${MPIRUN[@]}" -np "$N" "$BUILD/bench/dcp_bench" save "$WORK/cpp" "$MIB"
-  run python_load "$PY" "$ROOT/bench/python_dcp_bench.py" load "$WORK/py" "$MIB" "$N"
-  run dcp_load "${MPIRUN[@]}" -np "$N" "$BUILD/bench/dcp_bench" load "$WORK/cpp" "$MIB"
-  run python_reshard "$PY" "$ROOT/bench/python_dcp_bench.py" load "$WORK/py" "$MIB" "$M"
-  run dcp_reshard "${MPIRUN[@]}" -np "$M" "$BUILD/bench/dcp_bench" load "$WORK/cpp" "$MIB"
+  both save save "$N" "$round"
+  both load load "$N" "$round"
+  both reshard load "$M" "$round"
   BYTES=$(du -sb "$WORK/cpp" | cut -f1)
   rm -rf "$WORK/py" "$WORK/cpp"
   run raw "$BUILD/bench/raw_disk_bench" "$WORK" "$BYTES" "$N"
@@ -49,8 +53,11 @@ for line in open(sys.argv[1]):
     kv = dict(p.split("=", 1) for p in line.split()[1:])
     runs.setdefault(kv["case"] + ("_" + kv["op"] if kv["case"] == "raw" else ""), []).append(kv)
 n, m, rounds = sys.argv[2], sys.argv[3], sys.argv[4]
-def median_run(rs):  # the run with the median time (the lower middle one for an even count)
-    return sorted(rs, key=lambda r: float(r["seconds"]))[(len(rs) - 1) // 2]
+def median_run(rs):  # a middle run, with the median time (the mean of the middle two)
+    ordered = sorted(rs, key=lambda r: float(r["seconds"]))
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["seconds"] = str(statistics.median(float(r["seconds"]) for r in rs))
+    return row
 rows = {k: median_run(v) for k, v in runs.items()}
 def gbps(r): return float(r["bytes"]) / float(r["seconds"]) / 1e9
 print(f"\nmedian of {rounds} rounds per case (fastest - slowest run in brackets)")
