@@ -29,6 +29,16 @@ WriteItem bytes_item(const std::string& fqn) {
   return item;
 }
 
+// The global plan rejects `plans` with a c10::ValueError whose message contains `what`.
+void expect_invalid(std::vector<SavePlan> plans, const char* what) {
+  try {
+    detail::create_default_global_save_plan(std::move(plans));
+    ADD_FAILURE() << what << ": accepted";
+  } catch (const c10::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 TEST(DedupTest, ReplicatedItemsAreSpreadToBalanceBytes) {
   std::vector<SavePlan> plans(3);
   for (auto& p : plans) {
@@ -122,14 +132,6 @@ TEST(GlobalPlanTest, ChunksInRankOrderWithIndexHints) {
 }
 
 TEST(GlobalPlanTest, OverlappingOutOfBoundsAndUncoveredChunksAreRejected) {
-  auto expect_invalid = [](std::vector<SavePlan> plans, const char* what) {
-    try {
-      detail::create_default_global_save_plan(std::move(plans));
-      ADD_FAILURE() << what << ": accepted";
-    } catch (const c10::ValueError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   std::vector<SavePlan> overlap(2);
   overlap[0].items.push_back(tensor_item("w", {0}, {3}, {4}));
   overlap[1].items.push_back(tensor_item("w", {2}, {2}, {4}));
@@ -157,14 +159,6 @@ TEST(GlobalPlanTest, MergesPlannerDataFirstRankWinsAndRejectsKindConflicts) {
   EXPECT_EQ(keys, (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
   EXPECT_EQ(md.planner_data->at("d"), ObjectPath{Key("d0")});
 
-  auto expect_invalid = [](std::vector<SavePlan> plans, const char* what) {
-    try {
-      detail::create_default_global_save_plan(std::move(plans));
-      ADD_FAILURE() << what << ": accepted";
-    } catch (const c10::ValueError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   std::vector<SavePlan> twice(2);
   twice[0].items.push_back(bytes_item("step"));
   twice[1].items.push_back(bytes_item("step"));

@@ -158,15 +158,7 @@ class Writer {
   /// A global reference (memoized).
   MemoIndex global(std::string_view module, std::string_view name);
   /// Pushes the value in memo slot `index` (from an earlier str() or global()).
-  void get(MemoIndex index) {
-    if (index < 256) {
-      op('h');
-      op(static_cast<uint8_t>(index));
-    } else {
-      op('j');
-      u32(index);
-    }
-  }
+  void get(MemoIndex index) { memo_op('h', 'j', index); }  // BINGET / LONG_BINGET
   void mark() { op('('); }
   /// Builds a tuple of the last n pushed values (n <= 3 uses TUPLEn; otherwise requires mark()).
   void tuple(size_t n);
@@ -204,6 +196,16 @@ class Writer {
     out_.append(b, 4);
   }
   void wide_integer(int64_t v);  // integer() past 0-255
+  // A memo opcode with its index: the 1-byte form below 256, else the 4-byte one.
+  void memo_op(uint8_t short_form, uint8_t long_form, MemoIndex index) {
+    if (index < 256) {
+      op(short_form);
+      op(static_cast<uint8_t>(index));
+    } else {
+      op(long_form);
+      u32(index);
+    }
+  }
 
   std::string out_;
   std::deque<std::string> keys_;

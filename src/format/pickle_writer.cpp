@@ -19,13 +19,7 @@ Writer::Writer() {
 Writer::MemoIndex Writer::memoize_top(MemoTable& table, std::string key) {
   const MemoIndex index = next_memo_++;
   table.emplace(keys_.emplace_back(std::move(key)), index);
-  if (index < 256) {
-    op('q');
-    op(static_cast<uint8_t>(index));
-  } else {
-    op('r');
-    u32(index);
-  }
+  memo_op('q', 'r', index);  // BINPUT / LONG_BINPUT
   return index;
 }
 
