@@ -11,9 +11,6 @@
 
 #include <mutex>
 #include <sstream>
-#include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "dcp/planner.h"
 #include "metadata_internal.h"
@@ -74,7 +71,7 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
   Metadata md;
   md.planner_data.emplace();
   // Entries by interned name: a save has far fewer names than items, and every item looks its
-  // name up (views into the map's keys, which never move).
+  // name up. The interner keeps views into the plans' names, which outlive it.
   NameInterner names;
   std::vector<StorageMetadata*> entry_of;
   for (auto& plan : plans) {
@@ -88,7 +85,6 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
       const uint32_t id = names.intern(item.index.fqn).first;
       const bool seen = id < entry_of.size();
       if (!seen) {
-        // Intern the map's key instead, which outlives the plans' strings.
         auto it = item.type == WriteItemType::BYTE_IO
                       ? md.state_dict_metadata.emplace(item.index.fqn, BytesStorageMetadata{}).first
                       : md.state_dict_metadata.emplace(item.index.fqn, TensorStorageMetadata{}).first;

@@ -5,7 +5,8 @@
 //   append a torch.save record at the stream's position, record (file, offset, length).
 // Reading a plan:
 //   group read items by the saved item they read (storage_index); visit the groups in file
-//   and offset order (each file front to back); for each group read the record once; byte items go to planner.load_bytes, tensor boxes are narrowed and copied into
+//   and offset order (each file front to back); for each group read the record once; byte
+//   items go to planner.load_bytes, tensor boxes are narrowed and copied into
 //   planner.resolve_tensor's destination, then commit_tensor.
 #include "storage/item_io.h"
 
