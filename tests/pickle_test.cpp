@@ -131,6 +131,30 @@ TEST(PickleTest, ContainersGrowAcrossBatchesAndSparseMemoIndicesWork) {
   EXPECT_EQ(m->i, 8);
 }
 
+TEST(PickleTest, ASparseMemoKeyStaysFoundWhenTheDenseKeysGrowPastIt) {
+  // Key 2000 is stored while the memo is empty (kept aside as sparse), then keys 0-1999 and
+  // 2001 make the dense range cover it; 2000 is stored again. As in Python: GET 2000 finds
+  // the new value, and MEMOIZE uses len(memo) = 2002 keys.
+  auto u32 = [](uint32_t v) {
+    return std::string{static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16),
+                       static_cast<char>(v >> 24)};
+  };
+  std::string b("\x80\x04K\x2ar", 5);
+  b += u32(2000) + "0";
+  for (uint32_t k = 0; k <= 2001; ++k) {
+    if (k != 2000) b += "Nr" + u32(k) + "0";
+  }
+  b += "j" + u32(2000) + "0";      // found while the dense range covers it
+  b += "K\x2br" + u32(2000) + "0";  // stored again: replaces, adds no key
+  b += "K\x07\x94" "0";           // MEMOIZE: key 2002
+  b += "j" + u32(2000) + "j" + u32(2002) + "\x86.";
+  auto o = parse(b);
+  ASSERT_EQ(o->kind, Kind::Tuple);
+  ASSERT_EQ(o->items.size(), 2u);
+  EXPECT_EQ(o->items[0]->i, 0x2b);
+  EXPECT_EQ(o->items[1]->i, 7);
+}
+
 TEST(PickleTest, SharedConstantsAreNeverMutated) {
   // (), None and small ints may be one shared object: SETITEMS/APPENDS/BUILD on them fail.
   for (const auto& bytes : {std::string("\x80\x02)(K\x01K\x02u.", 10),

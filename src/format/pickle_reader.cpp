@@ -186,27 +186,27 @@ class Machine {
     tree_.append(target, stack_.data() + from, stack_.size() - from);
     stack_.resize(from);
   }
+  // Python's memo keys are dense from 0, so they live in a vector; a sparse (hostile) index
+  // goes to a map. The dense range may later grow over a key the map holds: each key lives in
+  // one place only, and lookups fall back to the map.
   void put_memo(uint64_t index) {
     check(!stack_.empty(), "memo store from an empty stack");
     check(index < (uint64_t{1} << 32), "memo index too large");
-    // Python's memo keys are dense from 0; a sparse (hostile) index goes to the map.
+    const auto key = static_cast<uint32_t>(index);
     if (index < memo_.size() + 1024) {
       if (index >= memo_.size()) memo_.resize(index + 1, nullptr);
-      if (memo_[index] == nullptr) ++memo_count_;
+      const bool was_sparse = !sparse_memo_.empty() && sparse_memo_.erase(key) > 0;
+      if (memo_[index] == nullptr && !was_sparse) ++memo_count_;
       memo_[index] = stack_.back();
-    } else {
-      auto [it, inserted] = sparse_memo_.insert_or_assign(static_cast<uint32_t>(index),
-                                                          stack_.back());
-      if (inserted) ++memo_count_;
+    } else if (sparse_memo_.insert_or_assign(key, stack_.back()).second) {
+      ++memo_count_;
     }
   }
   void get_memo(uint64_t index) {
-    Object* o = nullptr;
-    if (index < memo_.size()) {
-      o = memo_[index];
-    } else if (auto it = sparse_memo_.find(static_cast<uint32_t>(index));
-               index < (uint64_t{1} << 32) && it != sparse_memo_.end()) {
-      o = it->second;
+    Object* o = index < memo_.size() ? memo_[index] : nullptr;
+    if (o == nullptr && !sparse_memo_.empty()) {
+      auto it = sparse_memo_.find(static_cast<uint32_t>(index));
+      if (it != sparse_memo_.end()) o = it->second;
     }
     check(o != nullptr, "memo key ", index, " not found");
     push(o);
