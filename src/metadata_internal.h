@@ -2,7 +2,9 @@
 // '.metadata' decoder.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <unordered_map>

@@ -29,6 +29,14 @@ WriteItem bytes_item(const std::string& fqn) {
   return item;
 }
 
+// Two ranks' plans, each with one item.
+std::vector<SavePlan> two_plans(WriteItem on_rank0, WriteItem on_rank1) {
+  std::vector<SavePlan> plans(2);
+  plans[0].items.push_back(std::move(on_rank0));
+  plans[1].items.push_back(std::move(on_rank1));
+  return plans;
+}
+
 // The global plan rejects `plans` with a c10::ValueError whose message contains `what`.
 void expect_invalid(std::vector<SavePlan> plans, const char* what) {
   try {
@@ -132,18 +140,15 @@ TEST(GlobalPlanTest, ChunksInRankOrderWithIndexHints) {
 }
 
 TEST(GlobalPlanTest, OverlappingOutOfBoundsAndUncoveredChunksAreRejected) {
-  std::vector<SavePlan> overlap(2);
-  overlap[0].items.push_back(tensor_item("w", {0}, {3}, {4}));
-  overlap[1].items.push_back(tensor_item("w", {2}, {2}, {4}));
-  expect_invalid(overlap, "overlap");
-  std::vector<SavePlan> outside(2);
-  outside[0].items.push_back(tensor_item("w", {0}, {2}, {4}));
-  outside[1].items.push_back(tensor_item("w", {2}, {3}, {4}));
-  expect_invalid(outside, "leaves the tensor");
-  std::vector<SavePlan> gap(2);
-  gap[0].items.push_back(tensor_item("w", {0}, {1}, {4}));
-  gap[1].items.push_back(tensor_item("w", {2}, {2}, {4}));
-  expect_invalid(gap, "cover 3 of 4");
+  expect_invalid(two_plans(tensor_item("w", {0}, {3}, {4}),
+                           tensor_item("w", {2}, {2}, {4})),
+                 "overlap");
+  expect_invalid(two_plans(tensor_item("w", {0}, {2}, {4}),
+                           tensor_item("w", {2}, {3}, {4})),
+                 "leaves the tensor");
+  expect_invalid(two_plans(tensor_item("w", {0}, {1}, {4}),
+                           tensor_item("w", {2}, {2}, {4})),
+                 "cover 3 of 4");
 }
 
 TEST(GlobalPlanTest, MergesPlannerDataFirstRankWinsAndRejectsKindConflicts) {
@@ -159,18 +164,15 @@ TEST(GlobalPlanTest, MergesPlannerDataFirstRankWinsAndRejectsKindConflicts) {
   EXPECT_EQ(keys, (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
   EXPECT_EQ(md.planner_data->at("d"), ObjectPath{Key("d0")});
 
-  std::vector<SavePlan> twice(2);
-  twice[0].items.push_back(bytes_item("step"));
-  twice[1].items.push_back(bytes_item("step"));
-  expect_invalid(twice, "'step' is saved twice");
-  std::vector<SavePlan> mixed(2);
-  mixed[0].items.push_back(bytes_item("w"));
-  mixed[1].items.push_back(tensor_item("w", {0}, {4}, {4}));
-  expect_invalid(mixed, "both as a tensor and as a non-tensor value");
-  std::vector<SavePlan> disagree(2);
-  disagree[0].items.push_back(tensor_item("w", {0}, {2}, {4}));
-  disagree[1].items.push_back(tensor_item("w", {2}, {2}, {5}));
-  expect_invalid(disagree, "ranks disagree on the shape");
+  expect_invalid(two_plans(bytes_item("step"),
+                           bytes_item("step")),
+                 "'step' is saved twice");
+  expect_invalid(two_plans(bytes_item("w"),
+                           tensor_item("w", {0}, {4}, {4})),
+                 "both as a tensor and as a non-tensor value");
+  expect_invalid(two_plans(tensor_item("w", {0}, {2}, {4}),
+                           tensor_item("w", {2}, {2}, {5})),
+                 "ranks disagree on the shape");
 }
 
 TEST(GlobalPlanTest, ShardsListedOutOfOffsetOrderAreDeduplicatedAndValidated) {

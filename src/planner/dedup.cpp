@@ -6,9 +6,9 @@
 //   5. remove it from every other candidate's plan.
 //
 // At scale (a thousand ranks x thousands of tensors) almost every key is unique, so duplicates
-// are found without a map over all keys: items are grouped by fqn (one hash lookup of the name
-// per item, few distinct names) and sorted by offset inside each group. Only when a duplicate
-// exists does the walk of step 2-5 run.
+// are found without a map over all keys: items are grouped by fqn (interned: usually one
+// string compare per item, few distinct names) and sorted by offset inside each group. Only
+// when a duplicate exists does the walk of step 2-5 run.
 #include <algorithm>
 
 #include "metadata_internal.h"
