@@ -4,9 +4,13 @@
 // storage_data from the write results, metadata serialization and parsing, and reports the
 // '.metadata' size.
 //
-//   coordinator_bench [ranks=1024] [tensors=2000]
+//   coordinator_bench [ranks=1024] [tensors=2000] [metadata_out]
+//
+// With metadata_out, the serialized '.metadata' is also written there (to time Python's
+// parser on the same bytes, for example).
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +77,7 @@ int main(int argc, char** argv) {
   t0 = std::chrono::steady_clock::now();
   const std::string bytes = dcp::detail::encode_metadata(metadata);
   const double encode_s = since(t0);
+  if (argc > 3) std::ofstream(argv[3], std::ios::binary).write(bytes.data(), bytes.size());
   t0 = std::chrono::steady_clock::now();
   const dcp::Metadata back = dcp::detail::decode_metadata(bytes.data(), bytes.size(), "bench");
   const double decode_s = since(t0);
