@@ -74,11 +74,11 @@ TEST(MetadataCodecTest, UsesOnlyTheAllowedGlobals) {
   std::set<std::string> globals;
   std::function<void(const pickle::ObjectPtr&)> walk = [&](const pickle::ObjectPtr& o) {
     if (!o) return;
-    if (o->kind == pickle::Kind::Global) globals.insert(std::string(o->str) + "." + std::string(o->name));
-    for (const auto& i : o->items) walk(i);
-    walk(o->callable);
-    walk(o->args);
-    walk(o->state);
+    if (o->kind == pickle::Kind::Global) globals.insert(std::string(o->str()) + "." + std::string(o->name()));
+    for (const auto& i : o->items()) walk(i);
+    walk(o->callable());
+    walk(o->args());
+    walk(o->state());
   };
   walk(root.root());
   const std::set<std::string> allowed = {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "format/pickle.h"
@@ -25,7 +26,7 @@ TEST(PickleTest, IntegersRoundTripAtEveryEncodingBoundary) {
     w.integer(v);
     auto o = parse(w.finish());
     ASSERT_EQ(o->kind, Kind::Int) << v;
-    EXPECT_EQ(o->i, v);
+    EXPECT_EQ(o->i(), v);
   }
 }
 
@@ -44,16 +45,16 @@ TEST(PickleTest, FloatsStringsBytesAndConstantsRoundTrip) {
   w.tuple_from_mark();
   auto o = parse(w.finish());
   ASSERT_EQ(o->kind, Kind::Tuple);
-  ASSERT_EQ(o->items.size(), 9u);
-  EXPECT_EQ(o->items[0]->f, 0.1);
-  EXPECT_EQ(o->items[1]->f, -1e300);
-  EXPECT_EQ(o->items[2]->str, "");
-  EXPECT_EQ(o->items[3]->str, "h\xc3\xa9llo");
-  EXPECT_TRUE(o->items[4]->calls("_codecs", "encode"));
-  EXPECT_EQ(o->items[5]->kind, Kind::None);
-  EXPECT_TRUE(o->items[6]->b);
-  EXPECT_FALSE(o->items[7]->b);
-  EXPECT_EQ(o->items[8], o->items[3]);  // same memo object
+  ASSERT_EQ(o->items().size(), 9u);
+  EXPECT_EQ(o->items()[0]->f(), 0.1);
+  EXPECT_EQ(o->items()[1]->f(), -1e300);
+  EXPECT_EQ(o->items()[2]->str(), "");
+  EXPECT_EQ(o->items()[3]->str(), "h\xc3\xa9llo");
+  EXPECT_TRUE(o->items()[4]->calls("_codecs", "encode"));
+  EXPECT_EQ(o->items()[5]->kind, Kind::None);
+  EXPECT_TRUE(o->items()[6]->b);
+  EXPECT_FALSE(o->items()[7]->b);
+  EXPECT_EQ(o->items()[8], o->items()[3]);  // same memo object
 }
 
 TEST(PickleTest, StringsOfAShortPickleOutliveTheParse) {
@@ -62,9 +63,9 @@ TEST(PickleTest, StringsOfAShortPickleOutliveTheParse) {
   auto o = parse(std::string("\x80\x02X\x03\x00\x00\x00" "abc.", 12));
   std::string other(4096, 'Z');  // reuse the stack and heap the parser left behind
   ASSERT_EQ(o->kind, Kind::Str);
-  EXPECT_EQ(o->str, "abc");
+  EXPECT_EQ(o->str(), "abc");
   auto moved = std::move(o);
-  EXPECT_EQ(moved->str, "abc");
+  EXPECT_EQ(moved->str(), "abc");
 }
 
 TEST(PickleTest, ContainersAndInertCalls) {
@@ -77,7 +78,7 @@ TEST(PickleTest, ContainersAndInertCalls) {
   w.reduce();
   auto o = parse(w.finish());
   ASSERT_TRUE(o->calls("torch", "Size"));
-  EXPECT_EQ(o->args->items[0]->items[1]->i, 3);
+  EXPECT_EQ(o->args()->items()[0]->items()[1]->i(), 3);
 
   Writer d;
   d.empty_dict();
@@ -91,8 +92,113 @@ TEST(PickleTest, ContainersAndInertCalls) {
   d.setitems();
   auto dict = parse(d.finish());
   ASSERT_EQ(dict->kind, Kind::Dict);
-  ASSERT_EQ(dict->items.size(), 2u);
-  EXPECT_EQ(dict->items[1]->items.size(), 2u);
+  ASSERT_EQ(dict->items().size(), 2u);
+  EXPECT_EQ(dict->items()[1]->items().size(), 2u);
+}
+
+TEST(PickleTest, AskingAnObjectForWhatItsKindLacksGivesNothing) {
+  // Kinds share an object's storage; an accessor of another kind must not read it. A tuple
+  // (int, str, global, reduce, persistent id, float) exercises each pairing.
+  Writer w;
+  w.mark();
+  w.integer(123456789);
+  w.str("text");
+  w.global("torch", "float32");
+  w.global("torch", "Size");
+  w.empty_tuple();
+  w.reduce();
+  w.integer(70000);
+  w.binpersid();
+  w.float64(2.5);
+  w.tuple_from_mark();
+  auto o = parse(w.finish());
+  ASSERT_EQ(o->items().size(), 6u);
+  const ObjectPtr integer = o->items()[0], text = o->items()[1], global = o->items()[2];
+  const ObjectPtr call = o->items()[3], pid = o->items()[4], real = o->items()[5];
+
+  EXPECT_EQ(integer->i(), 123456789);
+  EXPECT_TRUE(integer->str().empty());
+  EXPECT_TRUE(integer->items().empty());
+  EXPECT_EQ(integer->callable(), nullptr);
+  EXPECT_EQ(integer->args(), nullptr);
+  EXPECT_EQ(integer->f(), 0.0);
+
+  EXPECT_EQ(text->str(), "text");
+  EXPECT_EQ(text->i(), 0);
+  EXPECT_TRUE(text->name().empty());
+  EXPECT_TRUE(text->items().empty());
+
+  EXPECT_EQ(global->str(), "torch");
+  EXPECT_EQ(global->name(), "float32");
+  EXPECT_EQ(global->callable(), nullptr);
+  EXPECT_EQ(global->state(), nullptr);
+  EXPECT_TRUE(global->items().empty());
+
+  ASSERT_TRUE(call->calls("torch", "Size"));
+  EXPECT_TRUE(call->str().empty());
+  EXPECT_TRUE(call->name().empty());
+  EXPECT_EQ(call->i(), 0);
+  EXPECT_EQ(call->state(), nullptr);
+
+  ASSERT_EQ(pid->kind, Kind::PersId);
+  EXPECT_EQ(pid->args()->i(), 70000);
+  EXPECT_EQ(pid->callable(), nullptr);
+  EXPECT_TRUE(pid->items().empty());
+
+  EXPECT_EQ(real->f(), 2.5);
+  EXPECT_EQ(real->i(), 0);
+  EXPECT_TRUE(real->str().empty());
+}
+
+TEST(PickleTest, ObjectsStaySmall) {
+  // Tens of millions of objects make up a large '.metadata': each byte here is tens of MB.
+  EXPECT_LE(sizeof(Object), 48u);
+}
+
+TEST(ArenaTest, HandsOutAlignedDisjointMemoryFromSmallAndMappedChunks) {
+  Arena arena;
+  std::vector<std::pair<char*, size_t>> blocks;
+  // Small requests fill heap chunks; a 3 MiB one takes a mapped (huge-page) chunk.
+  for (size_t n : {size_t{1}, size_t{48}, size_t{7}, size_t{3} << 20, size_t{24}, size_t{100000}}) {
+    for (int k = 0; k < 50; ++k) {
+      auto* p = static_cast<char*>(arena.allocate(n, 8));
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(p) % 8, 0u) << n;
+      std::memset(p, static_cast<int>(blocks.size() & 0xff), n);
+      blocks.emplace_back(p, n);
+    }
+  }
+  // Every block still holds its own fill: none overlapped another.
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const auto [p, n] = blocks[b];
+    ASSERT_EQ(static_cast<unsigned char>(p[0]), b & 0xff) << b;
+    ASSERT_EQ(static_cast<unsigned char>(p[n - 1]), b & 0xff) << b;
+  }
+  EXPECT_GE(arena.reserved(), size_t{150} << 20);
+
+  Arena moved = std::move(arena);
+  EXPECT_EQ(arena.reserved(), 0u);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(static_cast<unsigned char>(blocks.back().first[0]), (blocks.size() - 1) & 0xff);
+  auto* fresh = static_cast<char*>(arena.allocate(16, 16));  // from a chunk of its own
+  std::memset(fresh, 0xab, 16);
+  EXPECT_EQ(static_cast<unsigned char>(blocks.back().first[0]), (blocks.size() - 1) & 0xff);
+}
+
+TEST(PickleTest, AViewTreePointsIntoTheCallersBytes) {
+  Writer w;
+  w.mark();
+  w.str("fqn");
+  w.global("torch", "Size");
+  w.tuple_from_mark();
+  const std::string bytes = w.finish();
+  auto o = unpickle_view(bytes.data(), bytes.size(), "test");
+  ASSERT_EQ(o->items().size(), 2u);
+  const std::string_view fqn = o->items()[0]->str();
+  EXPECT_EQ(fqn, "fqn");
+  EXPECT_GE(fqn.data(), bytes.data());
+  EXPECT_LT(fqn.data(), bytes.data() + bytes.size());
+  EXPECT_EQ(o->items()[1]->name(), "Size");
+  EXPECT_THROW(unpickle_view(bytes.data(), 0, "test"), c10::Error);
+  EXPECT_THROW(unpickle_view(bytes.data(), bytes.size() - 1, "test"), c10::Error);  // no STOP
 }
 
 TEST(PickleTest, ReadsProtocol4FramesStackGlobalAndMemoize) {
@@ -100,9 +206,9 @@ TEST(PickleTest, ReadsProtocol4FramesStackGlobalAndMemoize) {
   const std::string bytes("\x80\x04\x95\x29\x00\x00\x00\x00\x00\x00\x00\x8c\x0b\x63\x6f\x6c\x6c\x65\x63\x74\x69\x6f\x6e\x73\x94\x8c\x0b\x4f\x72\x64\x65\x72\x65\x64\x44\x69\x63\x74\x94\x93\x94\x29\x52\x94\x8c\x01\x61\x94\x4b\x01\x73\x2e", 52);
   auto o = parse(bytes);
   ASSERT_TRUE(o->calls("collections", "OrderedDict"));
-  ASSERT_EQ(o->items.size(), 2u);
-  EXPECT_EQ(o->items[0]->str, "a");
-  EXPECT_EQ(o->items[1]->i, 1);
+  ASSERT_EQ(o->items().size(), 2u);
+  EXPECT_EQ(o->items()[0]->str(), "a");
+  EXPECT_EQ(o->items()[1]->i(), 1);
 }
 
 TEST(PickleTest, ContainersGrowAcrossBatchesAndSparseMemoIndicesWork) {
@@ -122,13 +228,13 @@ TEST(PickleTest, ContainersGrowAcrossBatchesAndSparseMemoIndicesWork) {
   b += std::string("r\xf0\xff\xff\xff" "0" "j\xf0\xff\xff\xff" ".", 12);  // PUT, POP, GET
   auto o = parse(b);
   ASSERT_EQ(o->kind, Kind::List);
-  ASSERT_EQ(o->items.size(), 3000u);
-  for (int v = 0; v < 3000; ++v) ASSERT_EQ(o->items[v]->i, v) << v;
+  ASSERT_EQ(o->items().size(), 3000u);
+  for (int v = 0; v < 3000; ++v) ASSERT_EQ(o->items()[v]->i(), v) << v;
 
   // MEMOIZE stores under len(memo), as Python's unpickler: after BINPUT 5 that is key 1.
   auto m = parse(std::string("\x80\x04K\x07q\x05" "0" "K\x08\x94" "0" "h\x01.", 14));
   ASSERT_EQ(m->kind, Kind::Int);
-  EXPECT_EQ(m->i, 8);
+  EXPECT_EQ(m->i(), 8);
 }
 
 TEST(PickleTest, ASparseMemoKeyStaysFoundWhenTheDenseKeysGrowPastIt) {
@@ -150,9 +256,9 @@ TEST(PickleTest, ASparseMemoKeyStaysFoundWhenTheDenseKeysGrowPastIt) {
   b += "j" + u32(2000) + "j" + u32(2002) + "\x86.";
   auto o = parse(b);
   ASSERT_EQ(o->kind, Kind::Tuple);
-  ASSERT_EQ(o->items.size(), 2u);
-  EXPECT_EQ(o->items[0]->i, 0x2b);
-  EXPECT_EQ(o->items[1]->i, 7);
+  ASSERT_EQ(o->items().size(), 2u);
+  EXPECT_EQ(o->items()[0]->i(), 0x2b);
+  EXPECT_EQ(o->items()[1]->i(), 7);
 }
 
 TEST(PickleTest, SharedConstantsAreNeverMutated) {
@@ -163,11 +269,11 @@ TEST(PickleTest, SharedConstantsAreNeverMutated) {
     EXPECT_THROW(parse(bytes), c10::Error);
   }
   auto o = parse(std::string("\x80\x02(K\x07)NK\x07t.", 11));
-  ASSERT_EQ(o->items.size(), 4u);
-  EXPECT_EQ(o->items[0]->i, 7);
-  EXPECT_EQ(o->items[1]->kind, Kind::Tuple);
-  EXPECT_TRUE(o->items[1]->items.empty());
-  EXPECT_EQ(o->items[2]->kind, Kind::None);
+  ASSERT_EQ(o->items().size(), 4u);
+  EXPECT_EQ(o->items()[0]->i(), 7);
+  EXPECT_EQ(o->items()[1]->kind, Kind::Tuple);
+  EXPECT_TRUE(o->items()[1]->items().empty());
+  EXPECT_EQ(o->items()[2]->kind, Kind::None);
 }
 
 struct Malformed {

@@ -273,7 +273,7 @@ class Decoder {
       } else if (field == "storage_data") {
         if (value->kind == Kind::None) return;
         std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
-        entries.reserve(value->items.size() / 2);
+        entries.reserve(value->items().size() / 2);
         for_each_entry(value, "storage_data", [&](ObjectPtr k, ObjectPtr v) {
           MetadataIndex index = metadata_index(k);
           StorageInfo info = storage_info(v, index);
@@ -283,7 +283,7 @@ class Decoder {
       } else if (field == "storage_meta") {
         md.storage_meta = storage_meta(value);
       } else if (field == "version") {
-        if (value->kind == Kind::Str) md.version = std::string(value->str);
+        if (value->kind == Kind::Str) md.version = std::string(value->str());
       }
     });
     if (!saw_state_dict_metadata) fail("Metadata has no state_dict_metadata");
@@ -298,17 +298,17 @@ class Decoder {
 
   static std::string describe(ObjectPtr o) {
     if (o->kind == Kind::Global) {
-      return "global '" + std::string(o->str) + "." + std::string(o->name) + "'";
+      return "global '" + std::string(o->str()) + "." + std::string(o->name()) + "'";
     }
-    if ((o->kind == Kind::Instance || o->kind == Kind::Reduce) && o->callable) {
-      return std::string(o->kind_name()) + " of '" + std::string(o->callable->str) + "." +
-             std::string(o->callable->name) + "'";
+    if ((o->kind == Kind::Instance || o->kind == Kind::Reduce) && o->callable()) {
+      return std::string(o->kind_name()) + " of '" + std::string(o->callable()->str()) + "." +
+             std::string(o->callable()->name()) + "'";
     }
     return o->kind_name();
   }
 
   static bool is_instance(ObjectPtr o, const char* module, const char* name) {
-    return o->kind == Kind::Instance && o->callable->is_global(module, name);
+    return o->kind == Kind::Instance && o->callable()->is_global(module, name);
   }
   // `what` and `fqn` together name the value in the error ("a chunk of" 'w').
   void expect_instance(ObjectPtr o, const char* module, const char* name, const char* what,
@@ -324,32 +324,32 @@ class Decoder {
     if (dict->kind != Kind::Dict && !dict->calls("collections", "OrderedDict")) {
       fail(what, suffix, " should be a dict, found ", describe(dict));
     }
-    const auto& items = dict->items;
+    const auto& items = dict->items();
     for (size_t k = 0; k + 1 < items.size(); k += 2) f(items[k], items[k + 1]);
   }
 
   // Calls f(field, value) for each field of a dataclass instance's BUILD state (a dict).
   template <typename F>
   void for_each_field(ObjectPtr obj, const char* cls, F&& f) const {
-    if (!obj->state) return;  // never BUILDt: all defaults
+    if (!obj->state()) return;  // never BUILDt: all defaults
     for_each_entry(
-        obj->state, cls,
+        obj->state(), cls,
         [&](ObjectPtr k, ObjectPtr v) {
           if (k->kind != Kind::Str) {
             fail("a field name of ", cls, " should be a str, found ", describe(k));
           }
-          f(k->str, v);
+          f(k->str(), v);
         },
         " state");
   }
 
   std::string as_str(ObjectPtr o, const char* what) const {
     if (o->kind != Kind::Str) fail(what, " should be a str, found ", describe(o));
-    return std::string(o->str);
+    return std::string(o->str());
   }
   int64_t as_int(ObjectPtr o, const char* what) const {
     if (o->kind != Kind::Int) fail(what, " should be an int, found ", describe(o));
-    return o->i;
+    return o->i();
   }
   bool as_bool(ObjectPtr o, const char* what) const {
     if (o->kind != Kind::Bool) fail(what, " should be a bool, found ", describe(o));
@@ -360,29 +360,29 @@ class Decoder {
   std::vector<int64_t> shape(ObjectPtr o, const char* what, std::string_view fqn = {}) const {
     ObjectPtr seq = o;
     if (o->calls("torch", "Size")) {
-      if (o->args->items.size() != 1) fail(what, " '", fqn, "': torch.Size takes one tuple");
-      seq = o->args->items[0];
+      if (o->args()->items().size() != 1) fail(what, " '", fqn, "': torch.Size takes one tuple");
+      seq = o->args()->items()[0];
     }
     if (seq->kind != Kind::Tuple && seq->kind != Kind::List) {
       fail(what, " '", fqn, "' should be a torch.Size, found ", describe(o));
     }
-    std::vector<int64_t> dims(seq->items.size());
+    std::vector<int64_t> dims(seq->items().size());
     for (size_t k = 0; k < dims.size(); ++k) {
-      const ObjectPtr item = seq->items[k];
+      const ObjectPtr item = seq->items()[k];
       if (item->kind != Kind::Int) {
         fail(what, " '", fqn, "' should hold ints, found ", describe(item));
       }
-      dims[k] = item->i;
+      dims[k] = item->i();
     }
     return dims;
   }
 
   c10::ScalarType dtype(ObjectPtr o, const std::string& fqn) const {
-    if (o->kind != Kind::Global || o->str != "torch") {
+    if (o->kind != Kind::Global || o->str() != "torch") {
       fail("dtype of '", fqn, "' should be a torch dtype, found ", describe(o));
     }
-    auto dt = dtype_from_python_name(std::string(o->name));
-    if (!dt) fail("unsupported dtype torch.", o->name, " for '", fqn, "'");
+    auto dt = dtype_from_python_name(std::string(o->name()));
+    if (!dt) fail("unsupported dtype torch.", o->name(), " for '", fqn, "'");
     return *dt;
   }
 
@@ -390,11 +390,11 @@ class Decoder {
   // 2.13, as torch.serialization._get_layout('torch.strided').
   c10::Layout layout(ObjectPtr o, const std::string& fqn) const {
     std::string name;
-    if (o->kind == Kind::Global && o->str == "torch") {
-      name = "torch." + std::string(o->name);
-    } else if (o->calls("torch.serialization", "_get_layout") && o->args->items.size() == 1 &&
-               o->args->items[0]->kind == Kind::Str) {
-      name = std::string(o->args->items[0]->str);
+    if (o->kind == Kind::Global && o->str() == "torch") {
+      name = "torch." + std::string(o->name());
+    } else if (o->calls("torch.serialization", "_get_layout") && o->args()->items().size() == 1 &&
+               o->args()->items()[0]->kind == Kind::Str) {
+      name = std::string(o->args()->items()[0]->str());
     } else {
       fail("layout of '", fqn, "' should be a torch layout, found ", describe(o));
     }
@@ -409,19 +409,19 @@ class Decoder {
         !is_instance(o, kLegacyMetadataModule, "TensorProperties")) {
       fail("properties of '", fqn, "' should be TensorProperties, found ", describe(o));
     }
-    if (o->state == nullptr) fail("TensorProperties of '", fqn, "' has no state");
+    if (o->state() == nullptr) fail("TensorProperties of '", fqn, "' has no state");
     TensorProperties p;
-    if (o->state->kind == Kind::Tuple) {
-      const auto& t = o->state->items;
+    if (o->state()->kind == Kind::Tuple) {
+      const auto& t = o->state()->items();
       if (t.size() != 5) {
         fail("TensorProperties of '", fqn, "' should be a 5-tuple, has ", t.size(), " items");
       }
       p.dtype = dtype(t[0], fqn);
       p.layout = layout(t[1], fqn);
       p.requires_grad = as_bool(t[2], "requires_grad");
-      if (t[3]->kind == Kind::Reduce && t[3]->args->items.size() == 1 &&
-          t[3]->args->items[0]->kind == Kind::Int) {
-        p.memory_format = static_cast<MemFormatEncoding>(t[3]->args->items[0]->i);
+      if (t[3]->kind == Kind::Reduce && t[3]->args()->items().size() == 1 &&
+          t[3]->args()->items()[0]->kind == Kind::Int) {
+        p.memory_format = static_cast<MemFormatEncoding>(t[3]->args()->items()[0]->i());
       }
       p.pin_memory = as_bool(t[4], "pin_memory");
       return p;
@@ -472,8 +472,8 @@ class Decoder {
         saw_size = true;
       } else if (field == "chunks") {
         if (v->kind != Kind::List) fail("chunks of '", fqn, "' should be a list");
-        t.chunks.reserve(v->items.size());
-        for (const ObjectPtr c : v->items) t.chunks.push_back(chunk(c, fqn));
+        t.chunks.reserve(v->items().size());
+        for (const ObjectPtr c : v->items()) t.chunks.push_back(chunk(c, fqn));
         saw_chunks = true;
       }
     });
@@ -522,7 +522,7 @@ class Decoder {
         info.length = as_int(v, "_StorageInfo.length");
         ++seen;
       } else if (field == "transform_descriptors" && v->kind == Kind::List) {
-        for (const ObjectPtr d : v->items) {
+        for (const ObjectPtr d : v->items()) {
           info.transform_descriptors.push_back(as_str(d, "a transform descriptor"));
         }
       }
@@ -541,14 +541,14 @@ class Decoder {
     if (!is_instance(o, kMetadataModule, "StorageMeta")) return std::nullopt;
     StorageMeta meta;
     auto text = [&](ObjectPtr v) -> std::optional<std::string> {
-      if (v->kind == Kind::Str) return std::string(v->str);
-      if (v->kind == Kind::Reduce && v->callable &&
-          (v->callable->str == "pathlib" || v->callable->str == "pathlib._local")) {
+      if (v->kind == Kind::Str) return std::string(v->str());
+      if (v->kind == Kind::Reduce && v->callable() &&
+          (v->callable()->str() == "pathlib" || v->callable()->str() == "pathlib._local")) {
         std::string path;
-        for (const ObjectPtr part : v->args->items) {
+        for (const ObjectPtr part : v->args()->items()) {
           if (part->kind != Kind::Str) return std::nullopt;
           if (!path.empty() && path.back() != '/') path += '/';
-          path += part->str;
+          path += part->str();
         }
         return path;
       }
@@ -559,8 +559,8 @@ class Decoder {
       else if (field == "save_id") meta.save_id = text(v);
       else if (field == "load_id") meta.load_id = text(v);
       else if (field == "modules" && v->kind == Kind::List) {
-        for (const ObjectPtr m : v->items) {
-          if (m->kind == Kind::Str) meta.modules.emplace_back(m->str);
+        for (const ObjectPtr m : v->items()) {
+          if (m->kind == Kind::Str) meta.modules.emplace_back(m->str());
         }
       }
     });
@@ -570,17 +570,17 @@ class Decoder {
   std::optional<std::map<std::string, ObjectPath>> planner_data(ObjectPtr o) const {
     if (o->kind != Kind::Dict) return std::nullopt;
     std::map<std::string, ObjectPath> out;
-    for (size_t k = 0; k + 1 < o->items.size(); k += 2) {
-      const ObjectPtr key = o->items[k];
-      const ObjectPtr path = o->items[k + 1];
+    for (size_t k = 0; k + 1 < o->items().size(); k += 2) {
+      const ObjectPtr key = o->items()[k];
+      const ObjectPtr path = o->items()[k + 1];
       if (key->kind != Kind::Str || path->kind != Kind::Tuple) return std::nullopt;
       ObjectPath p;
-      for (const ObjectPtr item : path->items) {
-        if (item->kind == Kind::Str) p.emplace_back(std::string(item->str));
-        else if (item->kind == Kind::Int) p.emplace_back(item->i);
+      for (const ObjectPtr item : path->items()) {
+        if (item->kind == Kind::Str) p.emplace_back(std::string(item->str()));
+        else if (item->kind == Kind::Int) p.emplace_back(item->i());
         else return std::nullopt;
       }
-      out.insert_or_assign(out.end(), std::string(key->str), std::move(p));
+      out.insert_or_assign(out.end(), std::string(key->str()), std::move(p));
     }
     return out;
   }
@@ -593,7 +593,8 @@ class Decoder {
 std::string encode_metadata(const Metadata& metadata) { return Encoder().encode(metadata); }
 
 Metadata decode_metadata(const char* data, size_t size, const std::string& source) {
-  const pickle::Tree tree = pickle::unpickle(data, size, source);
+  // The tree dies before this returns, so it may point into the caller's bytes.
+  const pickle::Tree tree = pickle::unpickle_view(data, size, source);
   return Decoder(source).decode(tree.root());
 }
 

@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "format/arena.h"
+
 namespace dcp::detail::pickle {
 
 struct Object;
@@ -25,7 +27,7 @@ class Machine;
 /// Objects live in the Tree that unpickle() returns and die with it.
 using ObjectPtr = const Object*;
 
-enum class Kind {
+enum class Kind : uint8_t {
   None,
   Bool,
   Int,
@@ -36,15 +38,16 @@ enum class Kind {
   List,
   Dict,
   Set,
-  Global,    // module in `str`, name in `name`
-  Instance,  // NEWOBJ: `callable` is the class, `args` the argument tuple
-  Reduce,    // REDUCE: `callable` applied to `args`
-  PersId,    // BINPERSID: `args` is the persistent id
+  Global,    // module in `str()`, name in `name()`
+  Instance,  // NEWOBJ: `callable()` is the class, `args()` the argument tuple
+  Reduce,    // REDUCE: `callable()` applied to `args()`
+  PersId,    // BINPERSID: `args()` is the persistent id
 };
 
-/// A container's children: an array in the tree's arena.
+/// A container's children: a view of an array in the tree's arena.
 class Items {
  public:
+  Items() = default;
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   ObjectPtr operator[](size_t k) const { return data_[k]; }
@@ -52,44 +55,84 @@ class Items {
   const ObjectPtr* end() const { return data_ + size_; }
 
  private:
-  friend class Tree;
-  ObjectPtr* data_ = nullptr;
+  friend struct Object;
+  Items(const ObjectPtr* data, uint32_t size) : data_(data), size_(size) {}
+  const ObjectPtr* data_ = nullptr;
   uint32_t size_ = 0;
-  uint32_t capacity_ = 0;
 };
 
-/// One pickled value. Dict entries are stored as items[2k] (key), items[2k+1] (value).
-/// Instance/Reduce objects collect BUILD's `state` and any SETITEMS/APPENDS in `items`.
+/// One pickled value. Dict entries are stored as items()[2k] (key), items()[2k+1] (value).
+/// Instance/Reduce objects collect BUILD's `state()` and any SETITEMS/APPENDS in `items()`.
 /// Strings are views into the tree's copy of the pickle bytes. Immutable values that repeat
 /// (None, booleans, ints 0-255, the empty tuple) may be one shared object.
+///
+/// A '.metadata' of millions of entries is tens of millions of objects, so the fields each
+/// kind uses share storage (48 bytes an object). The accessors check the kind: asking an
+/// object for what its kind lacks gives an empty value (0, "", no items, nullptr), never
+/// another kind's bytes.
 struct Object {
   Kind kind = Kind::None;
-  bool b = false;
-  union {
-    int64_t i = 0;  // Int
-    double f;       // Float
-  };
-  std::string_view str;   // Str, Bytes, Global module
-  std::string_view name;  // Global name
-  Items items;
-  ObjectPtr callable = nullptr;
-  ObjectPtr args = nullptr;
-  ObjectPtr state = nullptr;
+  bool b = false;  // Bool
+
+  int64_t i() const { return kind == Kind::Int ? i_ : 0; }
+  double f() const { return kind == Kind::Float ? f_ : 0.0; }
+  /// Str and Bytes: the value; Global: the module.
+  std::string_view str() const {
+    return kind == Kind::Str || kind == Kind::Bytes || kind == Kind::Global
+               ? std::string_view(text_, size_)
+               : std::string_view();
+  }
+  /// Global: the name.
+  std::string_view name() const {
+    return kind == Kind::Global ? std::string_view(name_, name_size_) : std::string_view();
+  }
+  /// Tuple, List, Dict, Set, and what SETITEMS/APPENDS gave an Instance or Reduce.
+  Items items() const { return has_items() ? Items(items_, size_) : Items(); }
+  /// Instance/Reduce: the class or function (always a Global).
+  ObjectPtr callable() const { return is_call() ? callable_ : nullptr; }
+  /// Instance/Reduce: the argument tuple; PersId: the persistent id.
+  ObjectPtr args() const { return is_call() || kind == Kind::PersId ? args_ : nullptr; }
+  /// Instance/Reduce: what BUILD set, if anything.
+  ObjectPtr state() const { return is_call() ? state_ : nullptr; }
 
   bool is_global(std::string_view module, std::string_view global_name) const {
-    return kind == Kind::Global && str == module && name == global_name;
+    return kind == Kind::Global && str() == module && name() == global_name;
   }
   /// For Reduce/Instance: whether the callable is the global module.name.
   bool calls(std::string_view module, std::string_view global_name) const {
-    return (kind == Kind::Reduce || kind == Kind::Instance) && callable &&
-           callable->is_global(module, global_name);
+    return is_call() && callable_ && callable_->is_global(module, global_name);
   }
   const char* kind_name() const;
+
+ private:
+  friend class Tree;
+  friend class Machine;
+  bool is_call() const { return kind == Kind::Instance || kind == Kind::Reduce; }
+  bool has_items() const {
+    return kind == Kind::Tuple || kind == Kind::List || kind == Kind::Dict ||
+           kind == Kind::Set || is_call();
+  }
+
+  uint32_t size_ = 0;  // text_'s length or items_'s count
+  union {
+    int64_t i_ = 0;       // Int
+    double f_;            // Float
+    const char* text_;    // Str, Bytes, Global (module)
+    ObjectPtr* items_;    // containers, Instance, Reduce
+  };
+  uint32_t capacity_ = 0;   // items_'s room
+  uint32_t name_size_ = 0;  // Global
+  union {
+    const char* name_ = nullptr;  // Global
+    ObjectPtr callable_;          // Instance, Reduce
+  };
+  ObjectPtr args_ = nullptr;   // Instance, Reduce, PersId
+  ObjectPtr state_ = nullptr;  // Instance, Reduce
 };
 
-/// An unpickled object tree. It owns a copy of the pickle bytes and every object, in arenas:
-/// a '.metadata' of millions of entries is tens of millions of objects, which must not each be
-/// a heap allocation.
+/// An unpickled object tree. It owns every object, in arenas (a '.metadata' of millions of
+/// entries is tens of millions of objects, which must not each be a heap allocation), and,
+/// unless made by unpickle_view, a copy of the pickle bytes.
 class Tree {
  public:
   Tree(const Tree&) = delete;
@@ -110,14 +153,11 @@ class Tree {
   /// Appends [first, first + n) to `target`'s items.
   void append(Object* target, Object* const* first, size_t n);
 
-  // On the heap: the objects' string views stay valid when the tree moves (a std::string
-  // member would keep short pickles inline, in the moved-from object).
+  // The pickle bytes, when the tree owns them (null after unpickle_view). On the heap: the
+  // objects' strings stay valid when the tree moves (a std::string member would keep short
+  // pickles inline, in the moved-from object).
   std::unique_ptr<const std::string> bytes_;
-  std::vector<std::unique_ptr<Object[]>> object_blocks_;
-  size_t objects_left_ = 0;
-  std::vector<std::unique_ptr<ObjectPtr[]>> item_blocks_;
-  size_t items_left_ = 0;  // in item_blocks_.back()
-  std::vector<std::unique_ptr<ObjectPtr[]>> large_item_blocks_;
+  Arena arena_;  // the objects and their item arrays
   ObjectPtr root_ = nullptr;
   std::unique_ptr<Object[]> shared_;  // None, False, True, (), ints 0-255
 };
@@ -127,6 +167,9 @@ class Tree {
 Tree unpickle(std::string bytes, const std::string& source);
 /// The same for a pickle in [data, data + size), which the tree copies.
 Tree unpickle(const char* data, size_t size, const std::string& source);
+/// The same without the copy: the tree's strings point into [data, data + size), which must
+/// outlive the tree. For large pickles parsed and interpreted in one go ('.metadata').
+Tree unpickle_view(const char* data, size_t size, const std::string& source);
 
 /// Emits protocol-2 pickles.
 class Writer {

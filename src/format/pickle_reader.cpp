@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <type_traits>
 #include <unordered_map>
 
 #include "format/pickle.h"
@@ -36,19 +38,11 @@ const char* Object::kind_name() const {
   return "?";
 }
 
-namespace {
-constexpr size_t kObjectBlock = 4096;
-constexpr size_t kItemBlock = 1 << 16;
-}  // namespace
-
 Tree::~Tree() = default;
 
 Object* Tree::make(Kind kind) {
-  if (objects_left_ == 0) {
-    object_blocks_.emplace_back(new Object[kObjectBlock]);
-    objects_left_ = kObjectBlock;
-  }
-  Object* o = &object_blocks_.back()[kObjectBlock - objects_left_--];
+  static_assert(std::is_trivially_destructible_v<Object>, "the arena runs no destructors");
+  auto* o = new (arena_.allocate(sizeof(Object), alignof(Object))) Object();
   o->kind = kind;
   return o;
 }
@@ -63,7 +57,7 @@ Object* Tree::shared(Kind kind, int64_t value) {
     shared_[3].kind = Kind::Tuple;
     for (int k = 0; k < 256; ++k) {
       shared_[4 + k].kind = Kind::Int;
-      shared_[4 + k].i = k;
+      shared_[4 + k].i_ = k;
     }
   }
   switch (kind) {
@@ -75,38 +69,29 @@ Object* Tree::shared(Kind kind, int64_t value) {
 }
 
 void Tree::append(Object* target, Object* const* first, size_t n) {
-  Items& items = target->items;
-  const size_t needed = items.size_ + n;
-  if (needed > items.capacity_) {
+  const size_t needed = size_t{target->size_} + n;
+  if (needed > target->capacity_) {
     // Grow by doubling inside the arena; the old array stays behind (at most as much again).
-    const size_t capacity = std::max<size_t>(needed, 2 * size_t{items.capacity_});
+    const size_t capacity = std::max<size_t>(needed, 2 * size_t{target->capacity_});
     TORCH_CHECK(capacity <= UINT32_MAX, "pickle container too large");
-    ObjectPtr* data;
-    if (capacity > kItemBlock / 4) {
-      large_item_blocks_.emplace_back(new ObjectPtr[capacity]);
-      data = large_item_blocks_.back().get();
-    } else {
-      if (items_left_ < capacity) {
-        item_blocks_.emplace_back(new ObjectPtr[kItemBlock]);
-        items_left_ = kItemBlock;
-      }
-      data = &item_blocks_.back()[kItemBlock - items_left_];
-      items_left_ -= capacity;
-    }
-    if (items.size_) std::copy(items.data_, items.data_ + items.size_, data);
-    items.data_ = data;
-    items.capacity_ = static_cast<uint32_t>(capacity);
+    ObjectPtr* data = arena_.allocate_array<ObjectPtr>(capacity);
+    if (target->size_) std::copy(target->items_, target->items_ + target->size_, data);
+    target->items_ = data;
+    target->capacity_ = static_cast<uint32_t>(capacity);
   }
-  std::copy(first, first + n, items.data_ + items.size_);
-  items.size_ = static_cast<uint32_t>(needed);
+  std::copy(first, first + n, target->items_ + target->size_);
+  target->size_ = static_cast<uint32_t>(needed);
 }
 
 class Machine {
  public:
-  Machine(std::string bytes, const std::string& source) : source_(source) {
-    tree_.bytes_ = std::make_unique<const std::string>(std::move(bytes));
-    data_ = reinterpret_cast<const uint8_t*>(tree_.bytes_->data());
-    size_ = tree_.bytes_->size();
+  // Runs over [data, data + size), which the caller keeps alive as long as the tree (or hands
+  // to the tree in `owned`).
+  Machine(const char* data, size_t size, const std::string& source,
+          std::unique_ptr<const std::string> owned = nullptr)
+      : data_(reinterpret_cast<const uint8_t*>(data)), size_(size), source_(source) {
+    TORCH_CHECK(size > 0, "corrupt pickle in ", source, ": empty");
+    tree_.bytes_ = std::move(owned);
   }
 
   Tree run() && {
@@ -211,20 +196,50 @@ class Machine {
     check(o != nullptr, "memo key ", index, " not found");
     push(o);
   }
+  // Ints and tuples never change once made, and a '.metadata' repeats the same offsets,
+  // lengths and shapes millions of times. So an int or small tuple equal to one made recently
+  // is that object again (as ints 0-255 always are): a one-way cache per kind, indexed by a
+  // hash of the value or of the items' addresses.
+  static constexpr size_t kCacheSlots = 4096;
+  static constexpr size_t kCachedTupleSize = 4;
+  static size_t cache_slot(uint64_t h) { return (h * 0x9E3779B97F4A7C15ull) >> 52; }
+
   Object* make_int(int64_t v) {
+    Object*& cached = int_cache_[cache_slot(static_cast<uint64_t>(v))];
+    if (cached != nullptr && cached->i_ == v) return cached;
     auto* o = make(Kind::Int);
-    o->i = v;
+    o->i_ = v;
+    return cached = o;
+  }
+  // A tuple of the n values at `items`.
+  Object* make_tuple(Object* const* items, size_t n) {
+    Object** cached = nullptr;
+    if (n > 0 && n <= kCachedTupleSize) {
+      uint64_t h = n;
+      for (size_t k = 0; k < n; ++k) h = h * 31 + reinterpret_cast<uintptr_t>(items[k]);
+      cached = &tuple_cache_[cache_slot(h)];
+      Object* c = *cached;
+      if (c != nullptr && c->size_ == n && std::equal(items, items + n, c->items_)) return c;
+    }
+    auto* o = make(Kind::Tuple);
+    tree_.append(o, items, n);
+    if (cached != nullptr) *cached = o;
     return o;
   }
   Object* make_str(std::string_view s, Kind kind = Kind::Str) {
+    check(s.size() <= UINT32_MAX, "string of ", s.size(), " bytes (at most 4 GiB supported)");
     auto* o = make(kind);
-    o->str = s;
+    o->text_ = s.data();
+    o->size_ = static_cast<uint32_t>(s.size());
     return o;
   }
   Object* make_global(std::string_view module, std::string_view name) {
+    check(module.size() <= UINT32_MAX && name.size() <= UINT32_MAX, "global name too long");
     auto* o = make(Kind::Global);
-    o->str = module;
-    o->name = name;
+    o->text_ = module.data();
+    o->size_ = static_cast<uint32_t>(module.size());
+    o->name_ = name.data();
+    o->name_size_ = static_cast<uint32_t>(name.size());
     return o;
   }
   int64_t long_bytes(uint64_t n) {
@@ -268,7 +283,7 @@ class Machine {
         uint64_t bits = 0;
         for (int k = 0; k < 8; ++k) bits = (bits << 8) | p[k];
         auto* o = make(Kind::Float);
-        std::memcpy(&o->f, &bits, sizeof bits);
+        std::memcpy(&o->f_, &bits, sizeof bits);
         push(o);
         break;
       }
@@ -335,15 +350,13 @@ class Machine {
         const size_t n = code - 0x84;
         Object* values[3];
         for (size_t k = n; k-- > 0;) values[k] = pop();
-        auto* o = make(Kind::Tuple);
-        tree_.append(o, values, n);
-        push(o);
+        push(make_tuple(values, n));
         break;
       }
       case 't': {
         const size_t m = pop_mark();
-        auto* o = make(Kind::Tuple);
-        move_items(o, m);
+        auto* o = make_tuple(stack_.data() + m, stack_.size() - m);
+        stack_.resize(m);
         push(o);
         break;
       }
@@ -366,7 +379,7 @@ class Machine {
         Object* module = pop();
         check(module->kind == Kind::Str && name->kind == Kind::Str,
               "STACK_GLOBAL needs two strings");
-        push(make_global(module->str, name->str));
+        push(make_global(module->str(), name->str()));
         break;
       }
       case 'R':
@@ -378,8 +391,8 @@ class Machine {
         check(callable->kind == Kind::Global, code == 'R' ? "REDUCE" : "NEWOBJ",
               " of a ", callable->kind_name(), " (only named globals are allowed)");
         auto* o = make(code == 'R' ? Kind::Reduce : Kind::Instance);
-        o->callable = callable;
-        o->args = args;
+        o->callable_ = callable;
+        o->args_ = args;
         push(o);
         break;
       }
@@ -387,12 +400,12 @@ class Machine {
         Object* kwargs = pop();
         Object* args = pop();
         Object* callable = pop();
-        check(args->kind == Kind::Tuple && kwargs->kind == Kind::Dict && kwargs->items.empty() &&
+        check(args->kind == Kind::Tuple && kwargs->kind == Kind::Dict && kwargs->items().empty() &&
                   callable->kind == Kind::Global,
               "unsupported NEWOBJ_EX");
         auto* o = make(Kind::Instance);
-        o->callable = callable;
-        o->args = args;
+        o->callable_ = callable;
+        o->args_ = args;
         push(o);
         break;
       }
@@ -401,12 +414,12 @@ class Machine {
         Object* target = top();
         check(target->kind == Kind::Instance || target->kind == Kind::Reduce,
               "BUILD on a ", target->kind_name());
-        target->state = state;
+        target->state_ = state;
         break;
       }
       case 'Q': {  // BINPERSID
         auto* o = make(Kind::PersId);
-        o->args = pop();
+        o->args_ = pop();
         push(o);
         break;
       }
@@ -425,16 +438,24 @@ class Machine {
   std::vector<size_t> marks_;
   std::vector<Object*> memo_;
   std::unordered_map<uint32_t, Object*> sparse_memo_;
+  std::vector<Object*> int_cache_ = std::vector<Object*>(kCacheSlots, nullptr);
+  std::vector<Object*> tuple_cache_ = std::vector<Object*>(kCacheSlots, nullptr);
   size_t memo_count_ = 0;  // distinct keys in memo_ and sparse_memo_
 };
 
 Tree unpickle(std::string bytes, const std::string& source) {
-  TORCH_CHECK(!bytes.empty(), "corrupt pickle in ", source, ": empty");
-  return Machine(std::move(bytes), source).run();
+  auto owned = std::make_unique<const std::string>(std::move(bytes));
+  const char* data = owned->data();
+  const size_t size = owned->size();
+  return Machine(data, size, source, std::move(owned)).run();
 }
 
 Tree unpickle(const char* data, size_t size, const std::string& source) {
   return unpickle(std::string(data, size), source);
+}
+
+Tree unpickle_view(const char* data, size_t size, const std::string& source) {
+  return Machine(data, size, source).run();
 }
 
 }  // namespace dcp::detail::pickle

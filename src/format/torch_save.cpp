@@ -215,42 +215,42 @@ class ArchiveReader {
   // Interprets a _rebuild_tensor_v2/v3 call without reading the storage.
   TensorRecord tensor_record(const ObjectPtr& o, std::string* key_out = nullptr) {
     if (o->calls("torch._utils", "_rebuild_parameter")) {
-      check(!o->args->items.empty(), "_rebuild_parameter without arguments");
-      return tensor_record(o->args->items[0], key_out);
+      check(!o->args()->items().empty(), "_rebuild_parameter without arguments");
+      return tensor_record(o->args()->items()[0], key_out);
     }
     const bool v3 = o->calls("torch._utils", "_rebuild_tensor_v3");
     check(is_tensor(o), "expected a tensor, found ", o->kind_name());
-    const auto& a = o->args->items;
+    const auto& a = o->args()->items();
     check(a.size() >= (v3 ? 7u : 6u), "tensor rebuild call with ", a.size(), " arguments");
     const ObjectPtr& pid = a[0];
-    check(pid->kind == Kind::PersId && pid->args->kind == Kind::Tuple &&
-              pid->args->items.size() == 5,
+    check(pid->kind == Kind::PersId && pid->args()->kind == Kind::Tuple &&
+              pid->args()->items().size() == 5,
           "tensor storage is not a persistent id");
-    const auto& s = pid->args->items;
-    check(s[0]->kind == Kind::Str && s[0]->str == "storage", "persistent id is not a storage");
-    check(s[1]->kind == Kind::Global && s[1]->str == "torch", "unexpected storage class");
+    const auto& s = pid->args()->items();
+    check(s[0]->kind == Kind::Str && s[0]->str() == "storage", "persistent id is not a storage");
+    check(s[1]->kind == Kind::Global && s[1]->str() == "torch", "unexpected storage class");
     check(s[2]->kind == Kind::Str && s[4]->kind == Kind::Int, "malformed storage tuple");
     TensorRecord r;
-    int64_t numel = s[4]->i;
+    int64_t numel = s[4]->i();
     if (v3) {
-      check(a[6]->kind == Kind::Global && a[6]->str == "torch", "v3 tensor without a dtype");
-      auto dt = dtype_from_python_name(std::string(a[6]->name));
-      check(dt.has_value(), "unsupported dtype torch.", a[6]->name);
+      check(a[6]->kind == Kind::Global && a[6]->str() == "torch", "v3 tensor without a dtype");
+      auto dt = dtype_from_python_name(std::string(a[6]->name()));
+      check(dt.has_value(), "unsupported dtype torch.", a[6]->name());
       r.dtype = *dt;
       r.storage_bytes = static_cast<uint64_t>(numel);  // UntypedStorage: bytes
     } else {
-      auto dt = dtype_from_storage_name(std::string(s[1]->name));
-      check(dt.has_value(), "unsupported storage class torch.", s[1]->name);
+      auto dt = dtype_from_storage_name(std::string(s[1]->name()));
+      check(dt.has_value(), "unsupported storage class torch.", s[1]->name());
       r.dtype = *dt;
       r.storage_bytes = static_cast<uint64_t>(numel) * c10::elementSize(r.dtype);
     }
     check(numel >= 0, "negative storage size");
-    check(a[1]->kind == Kind::Int && a[1]->i >= 0, "bad storage offset");
-    r.storage_offset = a[1]->i;
+    check(a[1]->kind == Kind::Int && a[1]->i() >= 0, "bad storage offset");
+    r.storage_offset = a[1]->i();
     r.sizes = int_list(a[2], "size");
     r.strides = int_list(a[3], "stride");
     check(r.sizes.size() == r.strides.size(), "size and stride lengths differ");
-    const std::string record = "data/" + std::string(s[2]->str);
+    const std::string record = "data/" + std::string(s[2]->str());
     try {
       check(reader_->hasRecord(record), "missing record ", record);
       const uint64_t record_size = reader_->getRecordSize(record);
@@ -273,7 +273,7 @@ class ArchiveReader {
     }
     check(empty || (max_index + 1) * itemsize <= static_cast<int64_t>(r.storage_bytes),
           "tensor view reaches past its storage");
-    if (key_out) *key_out = std::string(s[2]->str);
+    if (key_out) *key_out = std::string(s[2]->str());
     return r;
   }
 
@@ -296,31 +296,31 @@ class ArchiveReader {
     switch (o->kind) {
       case Kind::None: return None{};
       case Kind::Bool: return o->b;
-      case Kind::Int: return o->i;
-      case Kind::Float: return o->f;
-      case Kind::Str: return std::string(o->str);
-      case Kind::Bytes: return Bytes{std::string(o->str)};
-      case Kind::Tuple: return Tuple{items(o->items, depth)};
-      case Kind::List: return items(o->items, depth);
-      case Kind::Dict: return dict(o->items, depth);
+      case Kind::Int: return o->i();
+      case Kind::Float: return o->f();
+      case Kind::Str: return std::string(o->str());
+      case Kind::Bytes: return Bytes{std::string(o->str())};
+      case Kind::Tuple: return Tuple{items(o->items(), depth)};
+      case Kind::List: return items(o->items(), depth);
+      case Kind::Dict: return dict(o->items(), depth);
       default: break;
     }
     if (is_tensor(o)) return tensor(o);
-    if (o->calls("collections", "OrderedDict")) return dict(o->items, depth);
+    if (o->calls("collections", "OrderedDict")) return dict(o->items(), depth);
     if (o->calls("torch", "Size")) {
-      check(o->args->items.size() == 1, "torch.Size takes one tuple");
-      return value(o->args->items[0], depth + 1);
+      check(o->args()->items().size() == 1, "torch.Size takes one tuple");
+      return value(o->args()->items()[0], depth + 1);
     }
     if (o->calls("_codecs", "encode")) return Bytes{latin1(o)};
     if (o->calls("builtins", "bytearray") || o->calls("__builtin__", "bytearray")) {
-      check(o->args->items.size() == 1 && o->args->items[0]->kind == Kind::Bytes,
+      check(o->args()->items().size() == 1 && o->args()->items()[0]->kind == Kind::Bytes,
             "unsupported bytearray form");
-      return Bytes{std::string(o->args->items[0]->str)};
+      return Bytes{std::string(o->args()->items()[0]->str())};
     }
-    const auto& g = o->callable ? o->callable : o;
+    const auto& g = o->callable() ? o->callable() : o;
     fail("unsupported Python object ",
          g->kind == Kind::Global
-             ? "'" + std::string(g->str) + "." + std::string(g->name) + "'"
+             ? "'" + std::string(g->str()) + "." + std::string(g->name()) + "'"
              : std::string(o->kind_name()),
          " (dcp reads None, bool, int, float, str, bytes, list, tuple, dict and tensors)");
   }
@@ -329,9 +329,9 @@ class ArchiveReader {
   std::vector<int64_t> int_list(const ObjectPtr& o, const char* what) const {
     check(o->kind == Kind::Tuple || o->kind == Kind::List, what, " is not a tuple");
     std::vector<int64_t> out;
-    for (const auto& i : o->items) {
+    for (const auto& i : o->items()) {
       check(i->kind == Kind::Int, what, " holds a non-int");
-      out.push_back(i->i);
+      out.push_back(i->i());
     }
     return out;
   }
@@ -349,7 +349,7 @@ class ArchiveReader {
       const auto& key = kv[k];
       check(key->kind == Kind::Str || key->kind == Kind::Int,
             "dict key of type ", key->kind_name(), " is not supported (str and int are)");
-      Key dk = key->kind == Kind::Str ? Key(std::string(key->str)) : Key(key->i);
+      Key dk = key->kind == Kind::Str ? Key(std::string(key->str())) : Key(key->i());
       out.insert_or_assign(std::move(dk), value(kv[k + 1], depth + 1));
     }
     return out;
@@ -357,12 +357,12 @@ class ArchiveReader {
 
   // _codecs.encode(text, 'latin1') -> the original bytes.
   std::string latin1(const ObjectPtr& o) const {
-    const auto& a = o->args->items;
+    const auto& a = o->args()->items();
     check(a.size() == 2 && a[0]->kind == Kind::Str && a[1]->kind == Kind::Str &&
-              (a[1]->str == "latin1" || a[1]->str == "latin-1"),
+              (a[1]->str() == "latin1" || a[1]->str() == "latin-1"),
           "unsupported _codecs.encode call");
     std::string out;
-    const std::string_view s = a[0]->str;
+    const std::string_view s = a[0]->str();
     for (size_t i = 0; i < s.size(); ++i) {
       const auto c = static_cast<unsigned char>(s[i]);
       if (c < 0x80) {
