@@ -19,6 +19,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <optional>
+
 #include "dcp/filesystem.h"
 #include "dist_wrapper.h"
 #include "format/metadata_codec.h"
@@ -147,9 +149,15 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
     if (dist.size() == 1) {
       metadata = reader.read_metadata();
     } else {
-      const std::string bytes = dist.broadcast(
-          "read metadata", [&] { return detail::encode_metadata(reader.read_metadata()); });
-      metadata = detail::decode_metadata(bytes.data(), bytes.size(), "the broadcast metadata");
+      // The coordinator keeps what it read; only the other ranks parse the broadcast (at
+      // scale a parse costs seconds and gigabytes).
+      std::optional<Metadata> read;
+      const std::string bytes = dist.broadcast("read metadata", [&] {
+        read = reader.read_metadata();
+        return detail::encode_metadata(*read);
+      });
+      metadata = read ? std::move(*read)
+                      : detail::decode_metadata(bytes.data(), bytes.size(), "the broadcast metadata");
     }
 
     const std::string central = dist.reduce_scatter(
