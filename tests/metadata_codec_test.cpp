@@ -2,6 +2,8 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "format/metadata_codec.h"
 #include "format/pickle.h"
 
@@ -31,6 +33,22 @@ Metadata sample() {
   md.storage_meta = StorageMeta{"/tmp/ckpt", "uuid", std::nullopt, {}};
   md.version = "1.0.0";
   return md;
+}
+
+constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
+
+// Hand-written pickles of dataclasses, as Python writes them: NEWOBJ of the class, then BUILD
+// with a dict of its fields (written between the two calls as key, value, ...).
+void begin_dataclass(pickle::Writer& w, const char* module, const char* name) {
+  w.global(module, name);
+  w.empty_tuple();
+  w.newobj();
+  w.empty_dict();
+  w.mark();
+}
+void end_dataclass(pickle::Writer& w) {
+  w.setitems();
+  w.build();
 }
 
 TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
@@ -132,21 +150,12 @@ TEST(MetadataCodecTest, RejectsForeignGlobalsWhereMetadataIsExpected) {
 
 TEST(MetadataCodecTest, AcceptsLegacyTensorPropertiesAndMissingOptionalFields) {
   pickle::Writer w;
-  const char* md_mod = "torch.distributed.checkpoint.metadata";
-  w.global(md_mod, "Metadata");
-  w.empty_tuple();
-  w.newobj();
-  w.empty_dict();
-  w.mark();
+  begin_dataclass(w, kMetadataModule, "Metadata");
   w.str("state_dict_metadata");
   w.empty_dict();
   w.mark();
   w.str("t");
-  w.global(md_mod, "TensorStorageMetadata");
-  w.empty_tuple();
-  w.newobj();
-  w.empty_dict();
-  w.mark();
+  begin_dataclass(w, kMetadataModule, "TensorStorageMetadata");
   w.str("properties");
   w.global("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties");
   w.empty_tuple();
@@ -170,11 +179,9 @@ TEST(MetadataCodecTest, AcceptsLegacyTensorPropertiesAndMissingOptionalFields) {
   w.reduce();
   w.str("chunks");
   w.empty_list();
+  end_dataclass(w);
   w.setitems();
-  w.build();
-  w.setitems();
-  w.setitems();
-  w.build();
+  end_dataclass(w);
   const std::string bytes = w.finish();
   Metadata md = decode_metadata(bytes.data(), bytes.size(), "legacy");
   const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at("t"));
@@ -182,6 +189,70 @@ TEST(MetadataCodecTest, AcceptsLegacyTensorPropertiesAndMissingOptionalFields) {
   EXPECT_EQ(t.size, std::vector<int64_t>{2});
   EXPECT_FALSE(md.storage_meta.has_value());
   EXPECT_FALSE(md.version.has_value());
+}
+
+// A '.metadata' pickle with no tensors and these storage_data entries, in this order (as
+// Python writes them: rank by rank, not in key order).
+struct Entry {
+  std::string fqn;
+  int64_t offset;  // the chunk offset's one dimension
+  int64_t length;
+};
+std::string storage_data_pickle(const std::vector<Entry>& entries) {
+  pickle::Writer w;
+  begin_dataclass(w, kMetadataModule, "Metadata");
+  w.str("state_dict_metadata");
+  w.empty_dict();
+  w.str("storage_data");
+  w.empty_dict();
+  w.mark();
+  for (const Entry& e : entries) {
+    begin_dataclass(w, kMetadataModule, "MetadataIndex");
+    w.str("fqn");
+    w.str(e.fqn);
+    w.str("offset");
+    w.global("torch", "Size");
+    w.integer(e.offset);
+    w.tuple(1);
+    w.tuple(1);
+    w.reduce();
+    end_dataclass(w);
+    begin_dataclass(w, "torch.distributed.checkpoint.filesystem", "_StorageInfo");
+    w.str("relative_path");
+    w.str("__0_0.distcp");
+    w.str("offset");
+    w.integer(0);
+    w.str("length");
+    w.integer(e.length);
+    end_dataclass(w);
+  }
+  w.setitems();
+  end_dataclass(w);
+  return w.finish();
+}
+
+TEST(MetadataCodecTest, StorageDataInAnyOrderDecodesToTheSameMapAndTheLastDuplicateWins) {
+  const std::vector<std::vector<Entry>> orders = {
+      {{"a", 0, 1}, {"a", 4, 2}, {"b", 0, 3}},                    // key order (dcp writes this)
+      {{"b", 0, 3}, {"a", 4, 2}, {"a", 0, 1}},                    // descending from the start
+      {{"a", 0, 1}, {"a", 4, 2}, {"b", 0, 9}, {"a", 2, 7}, {"b", 0, 3}},  // late, with a dup
+      {{"a", 0, 1}, {"a", 4, 2}, {"b", 0, 9}, {"b", 0, 3}},  // ascending but for a dup
+  };
+  std::vector<std::vector<std::tuple<std::string, int64_t, int64_t>>> decoded;
+  for (const auto& order : orders) {
+    const std::string bytes = storage_data_pickle(order);
+    const Metadata md = decode_metadata(bytes.data(), bytes.size(), "test");
+    decoded.emplace_back();
+    for (const auto& [index, info] : md.storage_data) {
+      ASSERT_TRUE(index.offset.has_value());
+      decoded.back().emplace_back(index.fqn, index.offset->at(0), info.length);
+    }
+  }
+  using Row = std::tuple<std::string, int64_t, int64_t>;
+  EXPECT_EQ(decoded[0], (std::vector<Row>{{"a", 0, 1}, {"a", 4, 2}, {"b", 0, 3}}));
+  EXPECT_EQ(decoded[1], decoded[0]);
+  EXPECT_EQ(decoded[2], (std::vector<Row>{{"a", 0, 1}, {"a", 2, 7}, {"a", 4, 2}, {"b", 0, 3}}));
+  EXPECT_EQ(decoded[3], decoded[0]);
 }
 
 }  // namespace

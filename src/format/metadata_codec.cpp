@@ -272,14 +272,7 @@ class Decoder {
         md.planner_data = planner_data(value);
       } else if (field == "storage_data") {
         if (value->kind == Kind::None) return;
-        std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
-        entries.reserve(value->items().size() / 2);
-        for_each_entry(value, "storage_data", [&](ObjectPtr k, ObjectPtr v) {
-          MetadataIndex index = metadata_index(k);
-          StorageInfo info = storage_info(v, index);
-          entries.emplace_back(std::move(index), std::move(info));
-        });
-        md.storage_data = make_storage_data(std::move(entries));
+        md.storage_data = storage_data(value);
       } else if (field == "storage_meta") {
         md.storage_meta = storage_meta(value);
       } else if (field == "version") {
@@ -534,6 +527,38 @@ class Decoder {
       fail("_StorageInfo of '", index.fqn, "' has a negative offset or length");
     }
     return info;
+  }
+
+  // dcp writes storage_data in key order, so entries go straight into the map while they
+  // ascend. Python writes them in rank order: at the first entry out of order the map is
+  // taken apart and make_storage_data sorts everything (equal keys: the last one wins, as in
+  // a dict).
+  std::map<MetadataIndex, StorageInfo> storage_data(ObjectPtr dict) const {
+    std::map<MetadataIndex, StorageInfo> out;
+    std::vector<std::pair<MetadataIndex, StorageInfo>> unordered;
+    for_each_entry(dict, "storage_data", [&](ObjectPtr k, ObjectPtr v) {
+      MetadataIndex index = metadata_index(k);
+      StorageInfo info = storage_info(v, index);
+      if (unordered.empty()) {
+        bool ascends = out.empty();
+        if (!ascends) {
+          const MetadataIndex& last = out.rbegin()->first;
+          const int c = last.fqn.compare(index.fqn);
+          ascends = c < 0 || (c == 0 && compare_offsets(last.offset, index.offset) < 0);
+        }
+        if (ascends) {
+          out.emplace_hint(out.end(), std::move(index), std::move(info));
+          return;
+        }
+        unordered.reserve(dict->items().size() / 2);
+        while (!out.empty()) {
+          auto node = out.extract(out.begin());
+          unordered.emplace_back(std::move(node.key()), std::move(node.mapped()));
+        }
+      }
+      unordered.emplace_back(std::move(index), std::move(info));
+    });
+    return unordered.empty() ? std::move(out) : make_storage_data(std::move(unordered));
   }
 
   // Informational: anything unexpected inside is dropped rather than rejected.
