@@ -150,6 +150,51 @@ TEST(PickleTest, AskingAnObjectForWhatItsKindLacksGivesNothing) {
   EXPECT_TRUE(real->str().empty());
 }
 
+TEST(PickleTest, EqualIntsTuplesAndSizesAreSharedAndSizesCannotChange) {
+  // torch.Size((70000, 3)) twice, without the memo: one object, like Python's equal tuples.
+  Writer w;
+  w.mark();
+  for (int k = 0; k < 2; ++k) {
+    w.global("torch", "Size");
+    w.integer(70000);
+    w.integer(3);
+    w.tuple(2);
+    w.tuple(1);
+    w.reduce();
+  }
+  w.integer(70001);
+  w.tuple_from_mark();
+  auto o = parse(w.finish());
+  ASSERT_EQ(o->items().size(), 3u);
+  EXPECT_EQ(o->items()[0], o->items()[1]);
+  EXPECT_TRUE(o->items()[0]->calls("torch", "Size"));
+  EXPECT_EQ(o->items()[0]->args()->items()[0]->items()[0]->i(), 70000);
+  EXPECT_EQ(o->items()[2]->i(), 70001);
+
+  // Python cannot BUILD, SETITEMS or APPENDS on a torch.Size, and neither can this reader.
+  for (char op : {'b', 'u', 'e'}) {
+    Writer bad;
+    bad.global("torch", "Size");
+    bad.empty_tuple();
+    bad.reduce();
+    if (op == 'b') {
+      bad.empty_dict();
+      bad.build();
+    } else {
+      bad.mark();
+      bad.integer(1);
+      bad.integer(2);
+      op == 'u' ? bad.setitems() : bad.appends();
+    }
+    try {
+      parse(bad.finish());
+      ADD_FAILURE() << op << ": no error";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("on a torch.Size"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(PickleTest, ObjectsStaySmall) {
   // Tens of millions of objects make up a large '.metadata': each byte here is tens of MB.
   EXPECT_LE(sizeof(Object), 48u);

@@ -64,7 +64,7 @@ class Items {
 /// One pickled value. Dict entries are stored as items()[2k] (key), items()[2k+1] (value).
 /// Instance/Reduce objects collect BUILD's `state()` and any SETITEMS/APPENDS in `items()`.
 /// Strings are views into the tree's copy of the pickle bytes. Immutable values that repeat
-/// (None, booleans, ints 0-255, the empty tuple) may be one shared object.
+/// (None, booleans, ints, tuples, torch.Size) may be one shared object.
 ///
 /// A '.metadata' of millions of entries is tens of millions of objects, so the fields each
 /// kind uses share storage (48 bytes an object). The accessors check the kind: asking an
@@ -113,7 +113,8 @@ struct Object {
            kind == Kind::Set || is_call();
   }
 
-  uint32_t size_ = 0;  // text_'s length or items_'s count
+  bool frozen_ = false;  // a torch.Size: one object may stand for many equal ones
+  uint32_t size_ = 0;    // text_'s length or items_'s count
   union {
     int64_t i_ = 0;       // Int
     double f_;            // Float

@@ -198,32 +198,61 @@ class Machine {
   }
   // Ints and tuples never change once made, and a '.metadata' repeats the same offsets,
   // lengths and shapes millions of times. So an int or small tuple equal to one made recently
-  // is that object again (as ints 0-255 always are): a one-way cache per kind, indexed by a
-  // hash of the value or of the items' addresses.
-  static constexpr size_t kCacheSlots = 4096;
+  // is that object again (as ints 0-255 always are): a one-way cache per kind. A slot keeps
+  // the value's key (the int, a hash of the tuple's items' addresses) next to the object, so a
+  // miss costs no visit to the object. The caches grow with the input, from 256 slots to
+  // 64 Ki (a '.metadata' cycles through a tuple per rank and shard).
+  struct CacheSlot {
+    uint64_t key = 0;
+    Object* object = nullptr;
+  };
   static constexpr size_t kCachedTupleSize = 4;
-  static size_t cache_slot(uint64_t h) { return (h * 0x9E3779B97F4A7C15ull) >> 52; }
+  static int cache_bits(size_t input_bytes) {
+    int bits = 8;
+    while (bits < 16 && (input_bytes >> (bits + 6)) != 0) ++bits;
+    return bits;
+  }
+  CacheSlot& cache_slot(std::vector<CacheSlot>& cache, uint64_t key) const {
+    return cache[(key * 0x9E3779B97F4A7C15ull) >> (64 - cache_bits_)];
+  }
 
   Object* make_int(int64_t v) {
-    Object*& cached = int_cache_[cache_slot(static_cast<uint64_t>(v))];
-    if (cached != nullptr && cached->i_ == v) return cached;
+    const auto key = static_cast<uint64_t>(v);
+    CacheSlot& slot = cache_slot(int_cache_, key);
+    if (slot.object != nullptr && slot.key == key) return slot.object;
     auto* o = make(Kind::Int);
     o->i_ = v;
-    return cached = o;
+    slot = {key, o};
+    return o;
   }
   // A tuple of the n values at `items`.
   Object* make_tuple(Object* const* items, size_t n) {
-    Object** cached = nullptr;
+    CacheSlot* slot = nullptr;
+    uint64_t key = n;
     if (n > 0 && n <= kCachedTupleSize) {
-      uint64_t h = n;
-      for (size_t k = 0; k < n; ++k) h = h * 31 + reinterpret_cast<uintptr_t>(items[k]);
-      cached = &tuple_cache_[cache_slot(h)];
-      Object* c = *cached;
-      if (c != nullptr && c->size_ == n && std::equal(items, items + n, c->items_)) return c;
+      for (size_t k = 0; k < n; ++k) key = key * 31 + reinterpret_cast<uintptr_t>(items[k]);
+      slot = &cache_slot(tuple_cache_, key);
+      const Object* c = slot->object;
+      if (c != nullptr && slot->key == key && c->size_ == n &&
+          std::equal(items, items + n, c->items_)) {
+        return slot->object;
+      }
     }
     auto* o = make(Kind::Tuple);
     tree_.append(o, items, n);
-    if (cached != nullptr) *cached = o;
+    if (slot != nullptr) *slot = {key, o};
+    return o;
+  }
+  // torch.Size(args): frozen, so it is shared like a tuple (equal args are one tuple).
+  Object* make_size(Object* callable, Object* args) {
+    const auto key = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(args));
+    CacheSlot& slot = cache_slot(size_cache_, key);
+    if (slot.object != nullptr && slot.key == key) return slot.object;
+    auto* o = make(Kind::Reduce);
+    o->callable_ = callable;
+    o->args_ = args;
+    o->frozen_ = true;
+    slot = {key, o};
     return o;
   }
   Object* make_str(std::string_view s, Kind kind = Kind::Str) {
@@ -250,13 +279,20 @@ class Machine {
     if (n > 0 && n < 8 && (p[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
     return static_cast<int64_t>(v);
   }
+  // torch.Size is a tuple: Python fails to change one (it has no items to set, no append,
+  // no __dict__ for BUILD). Here that also keeps shared ones shared.
+  void check_not_frozen(const Object* target, const char* op) const {
+    check(!target->frozen_, op, " on a torch.Size");
+  }
   void check_setitems_target(const Object* target, size_t n) const {
+    check_not_frozen(target, "SETITEMS");
     check(n % 2 == 0, "SETITEMS with an odd number of values");
     check(target->kind == Kind::Dict || target->kind == Kind::Reduce ||
               target->kind == Kind::Instance,
           "SETITEM on a ", target->kind_name());
   }
   void check_appends_target(const Object* target) const {
+    check_not_frozen(target, "APPENDS");
     check(target->kind == Kind::List || target->kind == Kind::Reduce ||
               target->kind == Kind::Instance,
           "APPEND on a ", target->kind_name());
@@ -390,6 +426,10 @@ class Machine {
               " arguments are not a tuple");
         check(callable->kind == Kind::Global, code == 'R' ? "REDUCE" : "NEWOBJ",
               " of a ", callable->kind_name(), " (only named globals are allowed)");
+        if (code == 'R' && callable->is_global("torch", "Size")) {
+          push(make_size(callable, args));
+          break;
+        }
         auto* o = make(code == 'R' ? Kind::Reduce : Kind::Instance);
         o->callable_ = callable;
         o->args_ = args;
@@ -414,6 +454,7 @@ class Machine {
         Object* target = top();
         check(target->kind == Kind::Instance || target->kind == Kind::Reduce,
               "BUILD on a ", target->kind_name());
+        check_not_frozen(target, "BUILD");
         target->state_ = state;
         break;
       }
@@ -438,8 +479,10 @@ class Machine {
   std::vector<size_t> marks_;
   std::vector<Object*> memo_;
   std::unordered_map<uint32_t, Object*> sparse_memo_;
-  std::vector<Object*> int_cache_ = std::vector<Object*>(kCacheSlots, nullptr);
-  std::vector<Object*> tuple_cache_ = std::vector<Object*>(kCacheSlots, nullptr);
+  int cache_bits_ = cache_bits(size_);
+  std::vector<CacheSlot> int_cache_ = std::vector<CacheSlot>(size_t{1} << cache_bits_);
+  std::vector<CacheSlot> tuple_cache_ = std::vector<CacheSlot>(size_t{1} << cache_bits_);
+  std::vector<CacheSlot> size_cache_ = std::vector<CacheSlot>(size_t{1} << cache_bits_);
   size_t memo_count_ = 0;  // distinct keys in memo_ and sparse_memo_
 };
 
