@@ -4,10 +4,12 @@
 // storage_data from the write results, metadata serialization and parsing, and reports the
 // '.metadata' size.
 //
-//   coordinator_bench [ranks=1024] [tensors=2000] [metadata_out]
+//   coordinator_bench [ranks=1024] [tensors=2000] [dir]
+//   coordinator_bench read <dir>
 //
-// With metadata_out, the serialized '.metadata' is also written there (to time Python's
-// parser on the same bytes, for example).
+// With a directory, the '.metadata' is also written there as '<dir>/.metadata'. The second
+// form then times, in a fresh process, FileSystemReader::read_metadata on it: what every rank
+// runs at the start of a load. bench/python_read_metadata.py <dir> times Python DCP's.
 //
 // Each step also reports how much it grew the peak resident memory: at this scale, touching
 // fresh memory (page faults) costs more than the work itself, above all on a VM.
@@ -47,7 +49,18 @@ class Step {
 
 }  // namespace
 
+int read_metadata(const std::string& dir) {
+  Step read;
+  const dcp::Metadata metadata = dcp::FileSystemReader(dir).read_metadata();
+  read.stop();
+  std::printf("  dcp FileSystemReader::read_metadata: %.3f s, peak memory +%.0f MiB (%zu storage "
+              "entries)\n",
+              read.seconds, read.grew_mib, metadata.storage_data.size());
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "read") return read_metadata(argv[2]);
   const int ranks = argc > 1 ? std::stoi(argv[1]) : 1024;
   const int tensors = argc > 2 ? std::stoi(argv[2]) : 2000;
   const int64_t rows = 4096, cols = 1024;
@@ -100,11 +113,14 @@ int main(int argc, char** argv) {
   Step encode;
   const std::string bytes = dcp::detail::encode_metadata(metadata);
   encode.stop();
-  if (argc > 3) std::ofstream(argv[3], std::ios::binary).write(bytes.data(), bytes.size());
   Step decode;
   const dcp::Metadata back = dcp::detail::decode_metadata(bytes.data(), bytes.size(), "bench");
   decode.stop();
   const bool same = back == metadata;
+  if (argc > 3) {
+    std::ofstream(std::string(argv[3]) + "/.metadata", std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
 
   std::printf("coordinator at %d ranks x %d tensors (%zu write items)\n", ranks, tensors,
               metadata.storage_data.size());
