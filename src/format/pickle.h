@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <string>
@@ -233,11 +234,23 @@ class Writer {
   // nothing. Strings and globals get separate tables ("a\nb" may be either).
   using MemoTable = std::unordered_map<std::string_view, MemoIndex>;
   MemoIndex memoize_top(MemoTable& table, std::string key);
-  void op(uint8_t code) { out_.push_back(static_cast<char>(code)); }
+  // The next n bytes of output, to be written now. out_ runs ahead of what is written (its
+  // size is the room; written_ the bytes so far), so most calls are a compare and an add:
+  // std::string's own push_back and append are calls into the library.
+  char* room(size_t n) {
+    if (out_.size() - written_ < n) extend(n);
+    char* p = out_.data() + written_;
+    written_ += n;
+    return p;
+  }
+  void extend(size_t n);
+  void op(uint8_t code) { *room(1) = static_cast<char>(code); }
+  void append(std::string_view bytes) {
+    if (!bytes.empty()) std::memcpy(room(bytes.size()), bytes.data(), bytes.size());
+  }
   void u32(uint32_t v) {
-    const char b[4] = {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16),
-                       static_cast<char>(v >> 24)};
-    out_.append(b, 4);
+    char* p = room(4);
+    for (int k = 0; k < 4; ++k) p[k] = static_cast<char>(v >> (8 * k));
   }
   void wide_integer(int64_t v);  // integer() past 0-255
   // A memo opcode with its index: the 1-byte form below 256, else the 4-byte one.
@@ -252,6 +265,7 @@ class Writer {
   }
 
   std::string out_;
+  size_t written_ = 0;
   std::deque<std::string> keys_;
   MemoTable strs_;
   MemoTable globals_;

@@ -5,6 +5,7 @@
 // BINPUT/LONG_BINPUT, BINGET/LONG_BINGET, STOP.
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "format/pickle.h"
@@ -63,7 +64,7 @@ Writer::MemoIndex Writer::str(std::string_view v) {
   TORCH_CHECK(v.size() <= UINT32_MAX, "string too long to pickle");
   op('X');
   u32(static_cast<uint32_t>(v.size()));
-  out_.append(v);
+  append(v);
   return memoize_top(strs_, std::string(v));
 }
 
@@ -82,7 +83,7 @@ void Writer::bytes(std::string_view v) {
   }
   op('X');
   u32(static_cast<uint32_t>(utf8.size()));
-  out_.append(utf8);
+  append(utf8);
   str("latin1");
   tuple(2);
   reduce();
@@ -97,7 +98,8 @@ Writer::MemoIndex Writer::global(std::string_view module, std::string_view name)
     return it->second;
   }
   op('c');
-  out_.append(key).append("\n");
+  append(key);
+  op('\n');
   return memoize_top(globals_, std::move(key));
 }
 
@@ -111,8 +113,15 @@ void Writer::tuple(size_t n) {
   }
 }
 
+void Writer::extend(size_t n) {
+  // Doubles, as push_back would (a small pickle stays small).
+  out_.resize(std::max({written_ + n, 2 * out_.size(), size_t{256}}));
+}
+
 std::string Writer::finish() {
   op('.');
+  out_.resize(written_);
+  written_ = 0;
   return std::move(out_);
 }
 
