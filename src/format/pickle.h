@@ -87,8 +87,9 @@ struct Object {
   std::string_view name() const {
     return kind == Kind::Global ? std::string_view(name_, name_size_) : std::string_view();
   }
-  /// Tuple, List, Dict, Set, and what SETITEMS/APPENDS gave an Instance or Reduce.
-  Items items() const { return has_items() ? Items(items_, size_) : Items(); }
+  /// Tuple, List, Dict, Set, and what SETITEMS/APPENDS gave an Instance or Reduce. (An
+  /// empty container never set items_.)
+  Items items() const { return has_items() && size_ > 0 ? Items(items_, size_) : Items(); }
   /// Instance/Reduce: the class or function (always a Global).
   ObjectPtr callable() const { return is_call() ? callable_ : nullptr; }
   /// Instance/Reduce: the argument tuple; PersId: the persistent id.
