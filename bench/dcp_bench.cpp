@@ -2,7 +2,8 @@
 //   dcp_bench save <dir> <MiB>   every rank saves its shards of the benchmark state
 //   dcp_bench load <dir> <MiB>   every rank loads its shards for this world size (the same as
 //                                the save's, or another: a resharding load)
-// An optional 4th argument sets the IO threads per rank (FileSystemWriter/Reader thread_count).
+// An optional 4th argument sets the IO threads per rank (FileSystemWriter/Reader thread_count);
+// a 5th, "buffered", turns off O_DIRECT writes (FileSystemWriterOptions::direct_io).
 // Before a load every rank evicts the checkpoint's files from the page cache
 // (posix_fadvise DONTNEED), so reads come from the disk. Rank 0 prints one line:
 //   RESULT op=<save|load> ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
     const std::string op = argv[1], dir = argv[2];
     const int64_t mib = std::stoll(argv[3]);
     const int threads = argc > 4 ? std::stoi(argv[4]) : 1;  // IO threads per rank
+    const bool direct_io = !(argc > 5 && std::string(argv[5]) == "buffered");
     const auto specs = dcp::bench::model_specs(mib);
     int64_t bytes = 0;
     dcp::StateDict state = dcp::bench::make_state(specs, comm.rank(), comm.size(), op == "load", &bytes);
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
         o.comm = &comm;
         dcp::FileSystemWriterOptions wo;
         wo.thread_count = threads;
+        wo.direct_io = direct_io;
         dcp::FileSystemWriter writer(dir, wo);
         dcp::save(state, writer, o);
       } else {

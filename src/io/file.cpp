@@ -43,6 +43,40 @@ File File::open(const std::string& path, int flags, mode_t mode) {
   return File(fd, path);
 }
 
+std::optional<File> File::open_direct(const std::string& path, int flags, mode_t mode) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0 && errno == EINVAL) return std::nullopt;
+  if (fd < 0) throw_errno("opening", path, errno);
+  return File(fd, path);
+}
+
+bool File::write_all_direct(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  bool wrote = false;
+  while (n > 0) {
+    ssize_t w = ::write(fd_, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EINVAL && !wrote) return false;
+      throw_errno("writing (O_DIRECT)", path_, errno);
+    }
+    wrote = true;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+void File::clear_direct() {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) {
+    throw_errno("turning off O_DIRECT on", path_, errno);
+  }
+}
+
 void File::write_all(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,21 @@ class File {
 
   /// open(2); throws on failure.
   static File open(const std::string& path, int flags, mode_t mode = 0644);
+  /// open(2) with O_DIRECT added; nullopt where the file system refuses O_DIRECT (EINVAL),
+  /// throws on other failures.
+  static std::optional<File> open_direct(const std::string& path, int flags, mode_t mode = 0644);
 
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
   bool valid() const { return fd_ >= 0; }
 
   void write_all(const void* data, size_t n);
+  /// write_all for a file opened with O_DIRECT (aligned data, size and position). Returns
+  /// false, having written nothing, when the file system refuses this O_DIRECT write (EINVAL):
+  /// the caller may clear_direct() and write again.
+  bool write_all_direct(const void* data, size_t n);
+  /// Turns O_DIRECT off for this descriptor (fcntl); throws on failure.
+  void clear_direct();
   /// Reads exactly n bytes at `offset`; throws naming the range when the file is shorter.
   void pread_all(void* data, size_t n, uint64_t offset) const;
   uint64_t size() const;

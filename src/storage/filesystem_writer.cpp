@@ -20,12 +20,14 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "dcp/filesystem.h"
 #include "format/metadata_codec.h"
 #include "io/file.h"
+#include "storage/file_output.h"
 #include "storage/item_io.h"
 #include "storage/paths.h"
 
@@ -51,32 +53,6 @@ std::string uuid4() {
   }
   return s;
 }
-
-// Appends to a file through a buffer; large writes go straight from the caller's memory.
-class BufferedFileOutput : public detail::OutputStream {
- public:
-  explicit BufferedFileOutput(detail::File& file) : file_(file) { buffer_.reserve(kBufferSize); }
-  void write(const void* data, size_t n) override {
-    if (buffer_.size() + n > kBufferSize) flush();
-    if (n >= kBufferSize) {
-      file_.write_all(data, n);
-    } else {
-      buffer_.append(static_cast<const char*>(data), n);
-    }
-    position_ += n;
-  }
-  uint64_t position() const override { return position_; }
-  void flush() {
-    if (!buffer_.empty()) file_.write_all(buffer_.data(), buffer_.size());
-    buffer_.clear();
-  }
-
- private:
-  static constexpr size_t kBufferSize = 1 << 20;
-  detail::File& file_;
-  std::string buffer_;
-  uint64_t position_ = 0;
-};
 
 }  // namespace
 
@@ -123,12 +99,23 @@ std::future<std::vector<WriteResult>> FileSystemWriter::write_data(const SavePla
       plan, options_.single_file_per_rank, options_.thread_count,
       [&](const detail::FileBucket& bucket) {
         const std::string file_path = detail::join_path(path_, bucket.relative_path);
-        detail::File file = detail::File::open(file_path, O_WRONLY | O_CREAT | O_TRUNC);
-        BufferedFileOutput out(file);
-        auto results = detail::write_bucket(bucket, planner, out, rank_);
-        out.flush();
-        if (options_.sync_files) file.sync();
-        file.close();
+        const int flags = O_WRONLY | O_CREAT | O_TRUNC;
+        // O_DIRECT where asked for and the file system allows it, else buffered.
+        std::optional<detail::File> file;
+        if (options_.direct_io) file = detail::File::open_direct(file_path, flags);
+        std::vector<WriteResult> results;
+        if (file) {
+          detail::DirectFileOutput out(*file);
+          results = detail::write_bucket(bucket, planner, out, rank_);
+          out.finish();
+        } else {
+          file = detail::File::open(file_path, flags);
+          detail::BufferedFileOutput out(*file);
+          results = detail::write_bucket(bucket, planner, out, rank_);
+          out.finish();
+        }
+        if (options_.sync_files) file->sync();
+        file->close();
         return results;
       });
 }
