@@ -131,6 +131,22 @@ TEST_P(StorageConformanceTest, RoundTripIsBitwise) {
   EXPECT_EQ(backend_->files("ckpt"), (std::vector<std::string>{".metadata", "__0_0.distcp"}));
 }
 
+TEST_P(StorageConformanceTest, EachDataFileEndsWithItsLastRecord) {
+  // FileSystemWriter allocates a data file's expected size before O_DIRECT writes, then trims
+  // it: no file may keep bytes past its last record.
+  const StateDict sd = testing::reference_state_dict();
+  auto w = backend_->writer("ckpt", 4, true);
+  const Metadata md = save(sd, *w);
+  std::map<std::string, int64_t> end_of;
+  for (const auto& [index, info] : md.storage_data) {
+    end_of[info.relative_path] = std::max(end_of[info.relative_path], info.offset + info.length);
+  }
+  ASSERT_EQ(end_of.size(), 4u);
+  for (const auto& [file, end] : end_of) {
+    EXPECT_EQ(backend_->file_size("ckpt", file), static_cast<size_t>(end)) << file;
+  }
+}
+
 TEST_P(StorageConformanceTest, ThreadCountSpreadsItemsOverThatManyFiles) {
   const StateDict sd = testing::reference_state_dict();
   save_to("ckpt", sd, 4);

@@ -77,6 +77,21 @@ void File::clear_direct() {
   }
 }
 
+bool File::preallocate(uint64_t bytes) {
+  if (bytes == 0) return true;
+  int r;
+  do {
+    r = ::fallocate(fd_, 0, 0, static_cast<off_t>(bytes));
+  } while (r != 0 && errno == EINTR);
+  if (r == 0) return true;
+  if (errno == EOPNOTSUPP || errno == ENOSYS) return false;
+  throw_errno("allocating " + std::to_string(bytes) + " bytes for", path_, errno);
+}
+
+void File::truncate(uint64_t size) {
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) throw_errno("truncating", path_, errno);
+}
+
 void File::write_all(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {

@@ -44,6 +44,13 @@ class File {
   bool write_all_direct(const void* data, size_t n);
   /// Turns O_DIRECT off for this descriptor (fcntl); throws on failure.
   void clear_direct();
+  /// Reserves the first `bytes` of the file as one allocation (fallocate), so that writers of
+  /// several files at once do not interleave their blocks on disk; the file's size becomes
+  /// `bytes`. Returns false where the file system cannot (nothing changed); throws on other
+  /// failures (a full disk among them).
+  bool preallocate(uint64_t bytes);
+  /// ftruncate(2); throws on failure.
+  void truncate(uint64_t size);
   /// Reads exactly n bytes at `offset`; throws naming the range when the file is shorter.
   void pread_all(void* data, size_t n, uint64_t offset) const;
   uint64_t size() const;
