@@ -34,39 +34,53 @@ File::~File() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-File File::open(const std::string& path, int flags, mode_t mode) {
+namespace {
+
+// open(2) with O_CLOEXEC, retried on EINTR: the descriptor, or -1 with errno set.
+int open_retrying(const std::string& path, int flags, mode_t mode) {
   int fd;
   do {
     fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
   } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+// write(2) until all n bytes are out, retried on EINTR. Returns 0, or the errno that stopped
+// it; *written counts the bytes that went out either way.
+int write_fully(int fd, const void* data, size_t n, size_t* written) {
+  const char* p = static_cast<const char*>(data);
+  *written = 0;
+  while (*written < n) {
+    const ssize_t w = ::write(fd, p + *written, n - *written);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    *written += static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+}  // namespace
+
+File File::open(const std::string& path, int flags, mode_t mode) {
+  const int fd = open_retrying(path, flags, mode);
   if (fd < 0) throw_errno("opening", path, errno);
   return File(fd, path);
 }
 
 std::optional<File> File::open_direct(const std::string& path, int flags, mode_t mode) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, mode);
-  } while (fd < 0 && errno == EINTR);
+  const int fd = open_retrying(path, flags | O_DIRECT, mode);
   if (fd < 0 && errno == EINVAL) return std::nullopt;
   if (fd < 0) throw_errno("opening", path, errno);
   return File(fd, path);
 }
 
 bool File::write_all_direct(const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  bool wrote = false;
-  while (n > 0) {
-    ssize_t w = ::write(fd_, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EINVAL && !wrote) return false;
-      throw_errno("writing (O_DIRECT)", path_, errno);
-    }
-    wrote = true;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
+  size_t written = 0;
+  const int err = write_fully(fd_, data, n, &written);
+  if (err == EINVAL && written == 0) return false;
+  if (err != 0) throw_errno("writing (O_DIRECT)", path_, err);
   return true;
 }
 
@@ -93,15 +107,9 @@ void File::truncate(uint64_t size) {
 }
 
 void File::write_all(const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd_, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw_errno("writing", path_, errno);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
+  size_t written = 0;
+  if (const int err = write_fully(fd_, data, n, &written); err != 0) {
+    throw_errno("writing", path_, err);
   }
 }
 
