@@ -3,7 +3,9 @@
 //   dcp_bench load <dir> <MiB>   every rank loads its shards for this world size (the same as
 //                                the save's, or another: a resharding load)
 // An optional 4th argument sets the IO threads per rank (FileSystemWriter/Reader thread_count);
-// a 5th, "buffered", turns off O_DIRECT writes (FileSystemWriterOptions::direct_io).
+// a 5th, for A/B runs, turns off one fast path: "buffered" O_DIRECT writes
+// (FileSystemWriterOptions::direct_io), "noprefetch" read hints
+// (FileSystemReaderOptions::prefetch_bytes = 0).
 // Before a load every rank evicts the checkpoint's files from the page cache
 // (posix_fadvise DONTNEED), so reads come from the disk. Rank 0 prints one line:
 //   RESULT op=<save|load> ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
@@ -70,7 +72,11 @@ int main(int argc, char** argv) {
     const std::string op = argv[1], dir = argv[2];
     const int64_t mib = std::stoll(argv[3]);
     const int threads = argc > 4 ? std::stoi(argv[4]) : 1;  // IO threads per rank
-    const bool direct_io = !(argc > 5 && std::string(argv[5]) == "buffered");
+    const std::string off = argc > 5 ? argv[5] : "";
+    if (!off.empty() && off != "buffered" && off != "noprefetch") {
+      std::fprintf(stderr, "dcp_bench: unknown 5th argument '%s'\n", off.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     const auto specs = dcp::bench::model_specs(mib);
     int64_t bytes = 0;
     dcp::StateDict state = dcp::bench::make_state(specs, comm.rank(), comm.size(), op == "load", &bytes);
@@ -87,7 +93,7 @@ int main(int argc, char** argv) {
         o.comm = &comm;
         dcp::FileSystemWriterOptions wo;
         wo.thread_count = threads;
-        wo.direct_io = direct_io;
+        wo.direct_io = off != "buffered";
         dcp::FileSystemWriter writer(dir, wo);
         dcp::save(state, writer, o);
       } else {
@@ -95,6 +101,7 @@ int main(int argc, char** argv) {
         o.comm = &comm;
         dcp::FileSystemReaderOptions ro;
         ro.thread_count = threads;
+        if (off == "noprefetch") ro.prefetch_bytes = 0;
         dcp::FileSystemReader reader(dir, ro);
         dcp::load(state, reader, o);
       }

@@ -40,7 +40,8 @@ class Backend {
 
 class FileSystemBackend : public Backend {
  public:
-  // fast_paths false forces the simple paths: buffered writes, whole-record reads.
+  // fast_paths false forces the simple paths: buffered writes, whole-record reads, no read
+  // hints.
   explicit FileSystemBackend(bool fast_paths = true) : fast_paths_(fast_paths) {}
   std::unique_ptr<StorageWriter> writer(const std::string& id, int threads,
                                         bool single_file_per_rank) override {
@@ -53,6 +54,7 @@ class FileSystemBackend : public Backend {
   std::unique_ptr<StorageReader> reader(const std::string& id) override {
     FileSystemReaderOptions o;
     o.ranged_reads = fast_paths_;
+    if (!fast_paths_) o.prefetch_bytes = 0;
     return std::make_unique<FileSystemReader>(dir_.sub(id), o);
   }
   std::vector<std::string> files(const std::string& id) override {
@@ -297,7 +299,7 @@ TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
         return std::make_shared<RecordingFile>(name, detail::read_file(dir.sub("ckpt/" + name)),
                                                &log);
       },
-      1, 0);
+      0);
   EXPECT_TRUE(testing::describe_difference(Value(sd), Value(out)).empty());
 
   // The tensor data reads of each file (reads of a whole tensor's bytes), in the order made.
@@ -318,6 +320,123 @@ TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
   EXPECT_TRUE(std::any_of(by_key.begin(), by_key.end(), [](const auto& file) {
     return !std::is_sorted(file.second.begin(), file.second.end());
   }));
+}
+
+// An in-memory data file that logs reads and prefetch hints, in the order made, into one log
+// shared by all files.
+struct IoEvent {
+  bool prefetch;
+  std::string file;
+  uint64_t begin, end;
+};
+class PrefetchLoggingFile : public detail::InputFile {
+ public:
+  PrefetchLoggingFile(std::string name, std::string bytes, std::vector<IoEvent>* log)
+      : name_(std::move(name)), bytes_(std::move(bytes)), log_(log) {}
+  const std::string& name() const override { return name_; }
+  uint64_t size() const override { return bytes_.size(); }
+  void read(uint64_t offset, void* dst, size_t n) const override {
+    ASSERT_LE(offset + n, bytes_.size());
+    std::memcpy(dst, bytes_.data() + offset, n);
+    log_->push_back({false, name_, offset, offset + n});
+  }
+  void prefetch(uint64_t offset, uint64_t n) const override {
+    log_->push_back({true, name_, offset, offset + n});
+  }
+
+ private:
+  std::string name_, bytes_;
+  std::vector<IoEvent>* log_;
+};
+
+// Loads checkpoint `dir` into `out` through read_items with the given prefetch window, and
+// returns the log of reads and hints.
+std::vector<IoEvent> load_logged(const std::string& dir, StateDict& out, uint64_t prefetch) {
+  FileSystemReader reader(dir);
+  const Metadata md = reader.read_metadata();
+  DefaultLoadPlanner planner;
+  planner.set_up_planner(out, md, true);
+  const LoadPlan plan = planner.create_local_plan();
+  std::vector<IoEvent> log;
+  detail::ReadOptions options;
+  options.prefetch_bytes = prefetch;
+  detail::read_items(
+      plan, planner, md,
+      [&](const std::string& name) {
+        return std::make_shared<PrefetchLoggingFile>(name, detail::read_file(dir + "/" + name),
+                                                     &log);
+      },
+      0, options);
+  return log;
+}
+
+// Note [Prefetch]: every byte read was announced before it was read, the hints cover little
+// more than what is read (here a resharding load reads a quarter of each saved chunk), and the
+// window bounds how far ahead the hints run.
+TEST(PrefetchTest, HintsCoverEveryReadBeforeItAndLittleElse) {
+  StateDict saved;
+  for (int k = 0; k < 6; ++k) {
+    saved["w" + std::to_string(k)] = testing::make_tensor(at::kFloat, {64, 256}, k);  // 64 KiB
+  }
+  saved["step"] = Value(int64_t{7});
+  testing::TempDir dir;
+  save(saved, *std::make_unique<FileSystemWriter>(dir.sub("ckpt")));
+
+  // Rank 1 of 4 in a row-sharded layout: rows [16, 32) of every tensor.
+  StateDict out;
+  for (int k = 0; k < 6; ++k) {
+    out["w" + std::to_string(k)] =
+        zeros_sharded({64, 256}, at::kFloat, {4}, 1, {Placement::Shard(0)});
+  }
+  out["step"] = Value(int64_t{0});
+  const std::vector<IoEvent> log = load_logged(dir.sub("ckpt"), out, 1 << 30);
+  for (int k = 0; k < 6; ++k) {
+    const at::Tensor expected = saved["w" + std::to_string(k)].tensor().narrow(0, 16, 16);
+    EXPECT_TRUE(at::equal(out["w" + std::to_string(k)].get<ShardedTensor>().local_shards()[0].tensor,
+                          expected));
+  }
+  EXPECT_EQ(out["step"].get<int64_t>(), 7);
+
+  uint64_t hinted = 0, read = 0;
+  std::vector<IoEvent> hints;
+  for (const IoEvent& e : log) {
+    if (e.prefetch) {
+      hints.push_back(e);
+      hinted += e.end - e.begin;
+      continue;
+    }
+    read += e.end - e.begin;
+    const bool covered = std::any_of(hints.begin(), hints.end(), [&](const IoEvent& h) {
+      return h.file == e.file && h.begin <= e.begin && e.end <= h.end;
+    });
+    EXPECT_TRUE(covered) << "read of " << e.file << " [" << e.begin << ", " << e.end
+                         << ") was not announced before it";
+  }
+  // 6 x 16 KiB of tensor data are needed out of 6 x 64 KiB saved. The hints add each record's
+  // headers and the last 4 KiB the zip reader reads, and a few KiB of slack.
+  EXPECT_GE(hinted, 6u * 16384);
+  EXPECT_LE(hinted, 6u * 16384 + 7u * 8192) << "hinted " << hinted << " bytes, read " << read;
+  EXPECT_LE(hinted, read + 7u * 4096) << "hinted " << hinted << " bytes, read " << read;
+  // With a 1 GiB window every hint comes before the first read.
+  const auto first_read = std::find_if(log.begin(), log.end(), [](const IoEvent& e) {
+    return !e.prefetch;
+  });
+  EXPECT_TRUE(std::none_of(first_read, log.end(), [](const IoEvent& e) { return e.prefetch; }));
+
+  // With a 1-byte window each record is announced just before it is read: hints and reads
+  // alternate record by record.
+  StateDict again = testing::blank_like(saved);
+  const std::vector<IoEvent> tight = load_logged(dir.sub("ckpt"), again, 1);
+  EXPECT_TRUE(testing::describe_difference(Value(saved), Value(again)).empty());
+  int switches = 0;
+  for (size_t i = 1; i < tight.size(); ++i) switches += tight[i].prefetch != tight[i - 1].prefetch;
+  EXPECT_GE(switches, 2 * 7 - 1);  // 7 records: hint, reads, hint, reads, ...
+
+  // And 0 turns the hints off.
+  StateDict none = testing::blank_like(saved);
+  const std::vector<IoEvent> off = load_logged(dir.sub("ckpt"), none, 0);
+  EXPECT_TRUE(std::none_of(off.begin(), off.end(), [](const IoEvent& e) { return e.prefetch; }));
+  EXPECT_TRUE(testing::describe_difference(Value(saved), Value(none)).empty());
 }
 
 // Odd-sized writes, from a few bytes to more than the staging buffer, land in the file in

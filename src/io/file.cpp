@@ -130,6 +130,11 @@ void File::pread_all(void* data, size_t n, uint64_t offset) const {
   }
 }
 
+void File::advise_willneed(uint64_t offset, uint64_t n) const {
+  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n),
+                        POSIX_FADV_WILLNEED);
+}
+
 uint64_t File::size() const {
   struct stat st;
   if (::fstat(fd_, &st) != 0) throw_errno("stat", path_, errno);

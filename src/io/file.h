@@ -53,6 +53,9 @@ class File {
   void truncate(uint64_t size);
   /// Reads exactly n bytes at `offset`; throws naming the range when the file is shorter.
   void pread_all(void* data, size_t n, uint64_t offset) const;
+  /// Asks the kernel to start reading [offset, offset + n) into the page cache now
+  /// (posix_fadvise WILLNEED) and returns without waiting. Only a hint: failures are ignored.
+  void advise_willneed(uint64_t offset, uint64_t n) const;
   uint64_t size() const;
   void sync();
   void close();

@@ -6,6 +6,8 @@
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 
+#include <algorithm>
+
 #include "dcp/filesystem.h"
 #include "format/metadata_codec.h"
 #include "io/file.h"
@@ -26,6 +28,9 @@ class PosixInputFile : public detail::InputFile {
     TORCH_CHECK(offset <= size_ && n <= size_ - offset, "reading '", name_, "' bytes [", offset,
                 ", ", offset + n, "): file has ", size_, " bytes (truncated?)");
     file_.pread_all(dst, n, offset);
+  }
+  void prefetch(uint64_t offset, uint64_t n) const override {
+    if (offset < size_) file_.advise_willneed(offset, std::min(n, size_ - offset));
   }
 
  private:
@@ -89,7 +94,8 @@ std::future<void> FileSystemReader::read_data(const LoadPlan& plan, LoadPlanner&
         [this](const std::string& relative) {
           return std::make_shared<PosixInputFile>(path_, relative);
         },
-        options_.thread_count, rank_, options_.ranged_reads);
+        rank_,
+        detail::ReadOptions{options_.thread_count, options_.ranged_reads, options_.prefetch_bytes});
     promise.set_value();
   } catch (...) {
     promise.set_exception(std::current_exception());

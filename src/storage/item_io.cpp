@@ -5,9 +5,10 @@
 //   append a torch.save record at the stream's position, record (file, offset, length).
 // Reading a plan:
 //   group read items by the saved item they read (storage_index); visit the groups in file
-//   and offset order (each file front to back); for each group read the record once; byte
-//   items go to planner.load_bytes, tensor boxes are narrowed and copied into
-//   planner.resolve_tensor's destination, then commit_tensor.
+//   and offset order (each file front to back), announcing the byte ranges of the groups
+//   ahead to the files (Note [Prefetch]); for each group read the record once; byte items go
+//   to planner.load_bytes, tensor boxes are narrowed and copied into planner.resolve_tensor's
+//   destination, then commit_tensor.
 #include "storage/item_io.h"
 
 #include <ATen/ATen.h>
@@ -222,10 +223,104 @@ void read_box(const ArchiveSource& source, const TensorRecord& record, const Rea
   dest.copy_(span.as_strided(item.lengths, record.strides, 0));
 }
 
+// Note [Prefetch]: reads are synchronous, one record after another, so by themselves they keep
+// one request per IO thread at the disk, plus what the kernel's read-ahead guesses. Before
+// reading a record, the reader therefore announces the byte ranges of the records that follow,
+// up to ReadOptions::prefetch_bytes ahead (InputFile::prefetch: posix_fadvise WILLNEED on
+// disk), and the disk works on them while this record is copied. On the development VM this
+// made cold sequential reads of the same files 1.30-1.63 s instead of 1.96-2.52 s.
+//
+// The ranges are the ones the reads will touch, found before the record's header is read.
+// A record [O, O + L) holding a saved chunk of `nbytes` has `slack = L - nbytes` bytes of zip
+// headers, data.pkl and trailer, so its data starts somewhere in [O, O + slack]: data byte k
+// lies in [O + k, O + slack + k], every header byte in [O, O + slack) and every trailer byte in
+// [O + L - slack, O + L). A read of data bytes [a, b) therefore lies within
+// [O + a, O + slack + b). The zip reader (miniz, under PyTorchStreamReader) looks for the end
+// of the central directory by reading the record's last 4 KiB (kZipTailRead) in one go, so the
+// trailer's range grows to that. Announcing those three ranges covers the record's reads and,
+// for a resharding load, a few KiB more than what it needs. The bounds assume what dcp and Python DCP
+// write (a contiguous chunk at storage offset 0); for anything else the hint is merely less
+// useful, never wrong: the reads themselves do not depend on it.
+struct Span {
+  uint64_t begin, end;
+};
+constexpr uint64_t kZipTailRead = 4096;
+
+// The saved chunk a storage index names, from the metadata (nullptr if it is not there).
+const ChunkStorageMetadata* saved_chunk(const Metadata& metadata, const MetadataIndex& index,
+                                        c10::ScalarType* dtype) {
+  auto it = metadata.state_dict_metadata.find(index.fqn);
+  if (it == metadata.state_dict_metadata.end() || !index.offset) return nullptr;
+  const auto* tensor = std::get_if<TensorStorageMetadata>(&it->second);
+  if (tensor == nullptr) return nullptr;
+  *dtype = tensor->properties.dtype;
+  const auto& chunks = tensor->chunks;
+  const int64_t hint = index.index.value_or(-1);
+  if (hint >= 0 && hint < static_cast<int64_t>(chunks.size()) &&
+      chunks[hint].offsets == *index.offset) {
+    return &chunks[hint];
+  }
+  for (const auto& chunk : chunks) {
+    if (chunk.offsets == *index.offset) return &chunk;
+  }
+  return nullptr;
+}
+
+// The byte ranges of the file that reading one group will touch (Note [Prefetch]), in order
+// and disjoint.
+std::vector<Span> group_spans(const std::vector<const ReadItem*>& items, const StorageInfo& info,
+                              const Metadata& metadata, bool ranged_reads) {
+  const uint64_t o = static_cast<uint64_t>(info.offset);
+  const uint64_t l = static_cast<uint64_t>(info.length);
+  const std::vector<Span> whole{{o, o + l}};
+  if (!ranged_reads || items.front()->type == LoadItemType::BYTE_IO) return whole;
+  c10::ScalarType dtype;
+  const ChunkStorageMetadata* chunk = saved_chunk(metadata, items.front()->storage_index, &dtype);
+  if (chunk == nullptr) return whole;
+  const size_t dims = chunk->sizes.size();
+  const uint64_t itemsize = c10::elementSize(dtype);
+  std::vector<uint64_t> strides(dims, 1);  // row-major, in elements
+  uint64_t numel = 1;
+  for (size_t d = dims; d-- > 0;) {
+    strides[d] = numel;
+    numel *= static_cast<uint64_t>(std::max<int64_t>(chunk->sizes[d], 0));
+  }
+  if (numel * itemsize > l) return whole;
+  const uint64_t slack = l - numel * itemsize;
+  const uint64_t tail = std::max(slack, std::min(l, kZipTailRead));
+  std::vector<Span> spans{{o, o + slack}, {o + l - tail, o + l}};
+  for (const ReadItem* item : items) {
+    if (item->storage_offsets.size() != dims || item->lengths.size() != dims) return whole;
+    uint64_t first = 0, last = 0;
+    bool empty = false;
+    for (size_t d = 0; d < dims; ++d) {
+      if (item->lengths[d] <= 0) empty = true;
+      first += static_cast<uint64_t>(item->storage_offsets[d]) * strides[d];
+      last += static_cast<uint64_t>(item->storage_offsets[d] + item->lengths[d] - 1) * strides[d];
+    }
+    if (empty) continue;
+    spans.push_back({o + first * itemsize, std::min(o + l, o + slack + (last + 1) * itemsize)});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin < b.begin;
+  });
+  std::vector<Span> merged;
+  for (const Span& s : spans) {
+    if (s.end <= s.begin) continue;
+    if (!merged.empty() && s.begin <= merged.back().end) {
+      merged.back().end = std::max(merged.back().end, s.end);
+    } else {
+      merged.push_back(s);
+    }
+  }
+  return merged;
+}
+
 }  // namespace
 
 void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
-                const FileOpener& open, int thread_count, int rank, bool ranged_reads) {
+                const FileOpener& open, int rank, const ReadOptions& options) {
+  const bool ranged_reads = options.ranged_reads;
   // Group by saved item, so each record is read once; then read the records in file and
   // offset order: each file is read front to back, which the kernel's read-ahead rewards (key
   // order would jump around the files, which are laid out by size).
@@ -258,7 +353,41 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
     return it->second;
   };
 
-  run_parallel(work.size(), thread_count, [&](size_t w) {
+  // Note [Prefetch]: spans[w] are the ranges group w reads; ahead[w] is how many announced
+  // bytes come before it. Groups up to `announced` have been announced.
+  std::vector<std::vector<Span>> spans;
+  std::vector<uint64_t> ahead;
+  if (options.prefetch_bytes > 0) {
+    spans.reserve(work.size());
+    ahead.reserve(work.size() + 1);
+    ahead.push_back(0);
+    for (const Work& w : work) {
+      spans.push_back(group_spans(*w.items, *w.info, metadata, ranged_reads));
+      uint64_t bytes = 0;
+      for (const Span& s : spans.back()) bytes += s.end - s.begin;
+      ahead.push_back(ahead.back() + bytes);
+    }
+  }
+  std::mutex announce_mu;
+  size_t announced = 0;  // guarded by announce_mu
+  auto announce_through = [&](size_t w) {
+    if (options.prefetch_bytes == 0) return;
+    std::lock_guard<std::mutex> lock(announce_mu);
+    while (announced < work.size() &&
+           (announced <= w || ahead[announced] - ahead[w] < options.prefetch_bytes)) {
+      const size_t next = announced++;
+      std::shared_ptr<const InputFile> f;
+      try {
+        f = file(work[next].info->relative_path);
+      } catch (const c10::Error&) {
+        continue;  // only a hint: reading that group will report the error, with its context
+      }
+      for (const Span& s : spans[next]) f->prefetch(s.begin, s.end - s.begin);
+    }
+  };
+
+  run_parallel(work.size(), options.thread_count, [&](size_t w) {
+    announce_through(w);
     const auto& items = *work[w].items;
     const MetadataIndex& index = items.front()->storage_index;
     const StorageInfo& info = *work[w].info;

@@ -58,15 +58,30 @@ class InputFile {
   virtual uint64_t size() const = 0;
   /// Reads exactly n bytes at `offset`; throws naming the file and range otherwise.
   virtual void read(uint64_t offset, void* dst, size_t n) const = 0;
+  /// A hint that [offset, offset + n) will be read soon: a file on disk starts reading it in
+  /// the background. Never throws; the default does nothing.
+  virtual void prefetch(uint64_t offset, uint64_t n) const {}
 };
 
 using FileOpener = std::function<std::shared_ptr<const InputFile>(const std::string& relative)>;
 
+/// How read_items reads.
+struct ReadOptions {
+  /// IO threads.
+  int thread_count = 1;
+  /// Read only the byte range each read needs, straight into the destination when the layout
+  /// allows (Note [Ranged reads]); false reads each saved chunk whole and copies from it (the
+  /// simple path).
+  bool ranged_reads = true;
+  /// How many bytes of the coming reads to announce to the files ahead of reading them (Note
+  /// [Prefetch]); 0 announces nothing.
+  uint64_t prefetch_bytes = 0;
+};
+
 /// Executes a load plan: for every saved item the plan touches, hands the pieces to the planner
-/// (load_bytes, or resolve_tensor + copy + commit_tensor). With `ranged_reads`, only the byte
-/// range each read needs is read, straight into the destination when the layout allows (Note
-/// [Ranged reads]); without, each saved chunk is read whole and copied from (the simple path).
+/// (load_bytes, or resolve_tensor + copy + commit_tensor). Errors name the rank, the item, the
+/// file and the record's range.
 void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
-                const FileOpener& open, int thread_count, int rank, bool ranged_reads = true);
+                const FileOpener& open, int rank, const ReadOptions& options = {});
 
 }  // namespace dcp::detail

@@ -156,7 +156,7 @@ std::future<void> MemoryReader::read_data(const LoadPlan& plan, LoadPlanner& pla
                       checkpoint_id_, "' is missing");
           return std::make_shared<StringInputFile>(relative, *bytes);
         },
-        1, 0);
+        0);
     promise.set_value();
   } catch (...) {
     promise.set_exception(std::current_exception());
