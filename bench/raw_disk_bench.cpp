@@ -2,8 +2,12 @@
 // O_DIRECT, sequentially, one file per thread (one thread per rank of the dcp run), 8 MiB
 // aligned blocks; the write includes the final fsync. Falls back to buffered IO plus fsync (and
 // page-cache eviction before reading) where the file system refuses O_DIRECT, and says so.
+// The read runs twice: one request at a time per file (raw_read, what `dd iflag=direct` does),
+// then, after the files were rewritten cold (below), 8 requests in flight per file
+// (raw_read_deep: 8 threads per file taking every 8th block), what a reader that keeps the
+// disk busy can reach.
 //   raw_disk_bench <dir> <total_bytes> <threads>
-// Prints: RESULT op=raw_write|raw_read bytes=B seconds=S direct=0|1
+// Prints: RESULT op=raw_write|raw_read|raw_read_deep bytes=B seconds=S direct=0|1
 //
 //   raw_disk_bench cold <file>...
 // Rewrites each file in place with O_DIRECT (copied to "<file>.cold", fsynced, renamed over
@@ -86,11 +90,11 @@ int main(int argc, char** argv) {
     else ::close(fd);
     ::unlink(probe.c_str());
   }
-  auto run = [&](bool write) {
+  auto run = [&](bool write, int depth) {  // depth: threads per file, each every depth-th block
     std::vector<std::thread> pool;
     const auto t0 = std::chrono::steady_clock::now();
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
+    for (int w = 0; w < threads * depth; ++w) {
+      pool.emplace_back([&, t = w / depth, first = w % depth] {
         const std::string path = dir + "/raw_" + std::to_string(t);
         int flags = (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | (direct ? O_DIRECT : 0);
         int fd = ::open(path.c_str(), flags, 0644);
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
         void* buf = nullptr;
         if (posix_memalign(&buf, 4096, kBlock) != 0) std::exit(1);
         std::memset(buf, t + 1, kBlock);
-        for (long long off = 0; off < per; off += kBlock) {
+        for (long long off = first * static_cast<long long>(kBlock); off < per;
+             off += depth * static_cast<long long>(kBlock)) {
           const ssize_t n = write ? ::pwrite(fd, buf, kBlock, off) : ::pread(fd, buf, kBlock, off);
           if (n != static_cast<ssize_t>(kBlock)) { std::perror("io"); std::exit(1); }
         }
@@ -112,10 +117,19 @@ int main(int argc, char** argv) {
     for (auto& th : pool) th.join();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  const double w = run(true);
-  const double r = run(false);
+  const double w = run(true, 1);
+  const double r = run(false, 1);
+  {
+    void* buf = nullptr;
+    if (posix_memalign(&buf, 4096, kBlock) != 0) std::exit(1);
+    for (int t = 0; t < threads; ++t) rewrite_cold(dir + "/raw_" + std::to_string(t), buf, kBlock);
+    std::free(buf);
+  }
+  const double deep = run(false, 8);
   std::printf("RESULT op=raw_write bytes=%lld seconds=%.4f direct=%d\n", per * threads, w, direct);
   std::printf("RESULT op=raw_read bytes=%lld seconds=%.4f direct=%d\n", per * threads, r, direct);
+  std::printf("RESULT op=raw_read_deep bytes=%lld seconds=%.4f direct=%d\n", per * threads, deep,
+              direct);
   for (int t = 0; t < threads; ++t) ::unlink((dir + "/raw_" + std::to_string(t)).c_str());
   return 0;
 }

@@ -3,7 +3,8 @@
 #   Python DCP (torch 2.13 from the repo's venv, gloo processes): save; load at the same world
 #   size; load at another world size (resharding);
 #   dcp (mpirun): the same three;
-#   the raw disk: O_DIRECT sequential write and read of the same byte count;
+#   the raw disk: O_DIRECT sequential write and read of the same byte count (the read also
+#   with 8 requests in flight per file, see bench/raw_disk_bench.cpp);
 # then prints wall time, GB/s, peak RSS overhead per rank, bytes read against bytes needed, and
 # the ratios dcp / Python and dcp / raw disk.
 #
@@ -80,7 +81,8 @@ print(f"{'case':<28}{'wall s':>9}{'(min - max)':>16}{'GB/s':>8}{'peak RSS +MiB/r
 for key, label in [("python_save", f"Python DCP save ({n})"), ("dcp_save", f"dcp save ({n})"),
                    ("python_load", f"Python DCP load ({n})"), ("dcp_load", f"dcp load ({n})"),
                    ("python_reshard", f"Python DCP load ({n}->{m})"), ("dcp_reshard", f"dcp load ({n}->{m})"),
-                   ("raw_raw_write", "raw O_DIRECT write"), ("raw_raw_read", "raw O_DIRECT read")]:
+                   ("raw_raw_write", "raw O_DIRECT write"), ("raw_raw_read", "raw O_DIRECT read"),
+                   ("raw_raw_read_deep", "raw read, 8 in flight")]:
     r = rows.get(key)
     if not r: continue
     times = [float(x["seconds"]) for x in runs[key]]
@@ -97,6 +99,8 @@ for op, py, ours, raw in [("save", "python_save", "dcp_save", "raw_raw_write"),
         line = f"{op:<14} dcp / Python throughput: {gbps(rows[ours])/gbps(rows[py]):.2f}x"
         if raw in rows:
             line += f"   dcp / raw disk: {gbps(rows[ours])/gbps(rows[raw]):.2f}"
+        if op != "save" and "raw_raw_read_deep" in rows:
+            line += f" ({gbps(rows[ours])/gbps(rows['raw_raw_read_deep']):.2f} against 8 in flight)"
         print(line)
 if any(r.get("direct") == "0" for r in runs.get("raw_raw_write", [])):
     print("(the file system refused O_DIRECT: the raw baseline is buffered IO + fsync)")

@@ -227,8 +227,9 @@ void read_box(const ArchiveSource& source, const TensorRecord& record, const Rea
 // one request per IO thread at the disk, plus what the kernel's read-ahead guesses. Before
 // reading a record, the reader therefore announces the byte ranges of the records that follow,
 // up to ReadOptions::prefetch_bytes ahead (InputFile::prefetch: posix_fadvise WILLNEED on
-// disk), and the disk works on them while this record is copied. On the development VM this
-// made cold sequential reads of the same files 1.30-1.63 s instead of 1.96-2.52 s.
+// disk), and the disk works on them while this record is copied. On the development VM, cold
+// 4-rank loads of a 2 GiB checkpoint took 0.98-1.32 s with a 32 MiB window and 2.24-3.05 s
+// without (docs/performance.md).
 //
 // The ranges are the ones the reads will touch, found before the record's header is read.
 // A record [O, O + L) holding a saved chunk of `nbytes` has `slack = L - nbytes` bytes of zip
@@ -238,9 +239,9 @@ void read_box(const ArchiveSource& source, const TensorRecord& record, const Rea
 // [O + a, O + slack + b). The zip reader (miniz, under PyTorchStreamReader) looks for the end
 // of the central directory by reading the record's last 4 KiB (kZipTailRead) in one go, so the
 // trailer's range grows to that. Announcing those three ranges covers the record's reads and,
-// for a resharding load, a few KiB more than what it needs. The bounds assume what dcp and Python DCP
-// write (a contiguous chunk at storage offset 0); for anything else the hint is merely less
-// useful, never wrong: the reads themselves do not depend on it.
+// for a resharding load, a few KiB more than what it needs. The bounds assume what dcp and
+// Python DCP write (a contiguous chunk at storage offset 0); for anything else the hint is
+// merely less useful, never wrong: the reads themselves do not depend on it.
 struct Span {
   uint64_t begin, end;
 };
