@@ -12,7 +12,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <tuple>
 
 #include "dcp/dcp.h"
 #include "io/file.h"
@@ -253,23 +252,31 @@ TEST_P(StorageConformanceTest, FailedResaveInPlaceLeavesNoCheckpointRatherThanAC
   expect_same(bigger, load_from("ckpt", bigger));
 }
 
-// An in-memory copy of a data file that records every read.
-class RecordingFile : public detail::InputFile {
+// An in-memory data file that logs reads and prefetch hints, in the order made, into one log
+// shared by all files.
+struct IoEvent {
+  bool prefetch;
+  std::string file;
+  uint64_t begin, end;
+};
+class LoggingFile : public detail::InputFile {
  public:
-  RecordingFile(std::string name, std::string bytes,
-                std::vector<std::tuple<std::string, uint64_t, size_t>>* log)
+  LoggingFile(std::string name, std::string bytes, std::vector<IoEvent>* log)
       : name_(std::move(name)), bytes_(std::move(bytes)), log_(log) {}
   const std::string& name() const override { return name_; }
   uint64_t size() const override { return bytes_.size(); }
   void read(uint64_t offset, void* dst, size_t n) const override {
     ASSERT_LE(offset + n, bytes_.size());
     std::memcpy(dst, bytes_.data() + offset, n);
-    log_->emplace_back(name_, offset, n);
+    log_->push_back({false, name_, offset, offset + n});
+  }
+  void prefetch(uint64_t offset, uint64_t n) const override {
+    log_->push_back({true, name_, offset, offset + n});
   }
 
  private:
   std::string name_, bytes_;
-  std::vector<std::tuple<std::string, uint64_t, size_t>>* log_;
+  std::vector<IoEvent>* log_;
 };
 
 TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
@@ -292,12 +299,12 @@ TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
   DefaultLoadPlanner planner;
   planner.set_up_planner(out, md, true);
   const LoadPlan plan = planner.create_local_plan();
-  std::vector<std::tuple<std::string, uint64_t, size_t>> log;
+  std::vector<IoEvent> log;
   detail::read_items(
       plan, planner, md,
       [&](const std::string& name) {
-        return std::make_shared<RecordingFile>(name, detail::read_file(dir.sub("ckpt/" + name)),
-                                               &log);
+        return std::make_shared<LoggingFile>(name, detail::read_file(dir.sub("ckpt/" + name)),
+                                             &log);
       },
       0);
   EXPECT_TRUE(testing::describe_difference(Value(sd), Value(out)).empty());
@@ -306,8 +313,8 @@ TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
   std::set<size_t> tensor_bytes;
   for (const auto& [name, numel] : specs) tensor_bytes.insert(static_cast<size_t>(numel) * 4);
   std::map<std::string, std::vector<uint64_t>> data_reads;
-  for (const auto& [name, offset, n] : log) {
-    if (tensor_bytes.count(n)) data_reads[name].push_back(offset);
+  for (const IoEvent& e : log) {
+    if (!e.prefetch && tensor_bytes.count(e.end - e.begin)) data_reads[e.file].push_back(e.begin);
   }
   ASSERT_EQ(data_reads.size(), 2u);
   for (const auto& [name, offsets] : data_reads) {
@@ -321,33 +328,6 @@ TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
     return !std::is_sorted(file.second.begin(), file.second.end());
   }));
 }
-
-// An in-memory data file that logs reads and prefetch hints, in the order made, into one log
-// shared by all files.
-struct IoEvent {
-  bool prefetch;
-  std::string file;
-  uint64_t begin, end;
-};
-class PrefetchLoggingFile : public detail::InputFile {
- public:
-  PrefetchLoggingFile(std::string name, std::string bytes, std::vector<IoEvent>* log)
-      : name_(std::move(name)), bytes_(std::move(bytes)), log_(log) {}
-  const std::string& name() const override { return name_; }
-  uint64_t size() const override { return bytes_.size(); }
-  void read(uint64_t offset, void* dst, size_t n) const override {
-    ASSERT_LE(offset + n, bytes_.size());
-    std::memcpy(dst, bytes_.data() + offset, n);
-    log_->push_back({false, name_, offset, offset + n});
-  }
-  void prefetch(uint64_t offset, uint64_t n) const override {
-    log_->push_back({true, name_, offset, offset + n});
-  }
-
- private:
-  std::string name_, bytes_;
-  std::vector<IoEvent>* log_;
-};
 
 // Loads checkpoint `dir` into `out` through read_items with the given prefetch window, and
 // returns the log of reads and hints.
@@ -363,7 +343,7 @@ std::vector<IoEvent> load_logged(const std::string& dir, StateDict& out, uint64_
   detail::read_items(
       plan, planner, md,
       [&](const std::string& name) {
-        return std::make_shared<PrefetchLoggingFile>(name, detail::read_file(dir + "/" + name),
+        return std::make_shared<LoggingFile>(name, detail::read_file(dir + "/" + name),
                                                      &log);
       },
       0, options);

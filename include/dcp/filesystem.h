@@ -76,9 +76,9 @@ struct FileSystemReaderOptions {
   /// Read only the byte ranges the destination needs, straight into destination memory when
   /// the layouts allow. false forces the simple path: read each saved chunk whole, then copy.
   bool ranged_reads = true;
-  /// How far ahead of its reads each IO thread asks the kernel to start reading the ranges it
-  /// will need next (posix_fadvise WILLNEED), so that the disk has more than one request to
-  /// work on. That much page cache is filled ahead of the reads; 0 turns it off.
+  /// How many bytes ahead of its reads the reader asks the kernel to start reading the ranges
+  /// it will need next (posix_fadvise WILLNEED), so that the disk has more than one request to
+  /// work on. Up to that much page cache is filled ahead of the reads; 0 turns it off.
   uint64_t prefetch_bytes = 32 << 20;
 };
 
