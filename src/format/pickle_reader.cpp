@@ -198,10 +198,13 @@ class Machine {
   }
   // Ints and tuples never change once made, and a '.metadata' repeats the same offsets,
   // lengths and shapes millions of times. So an int or small tuple equal to one made recently
-  // is that object again (as ints 0-255 always are): a one-way cache per kind. A slot keeps
-  // the value's key (the int, a hash of the tuple's items' addresses) next to the object, so a
-  // miss costs no visit to the object. The caches grow with the input, from 256 slots to
-  // 64 Ki (a '.metadata' cycles through a tuple per rank and shard).
+  // is that object again (as ints 0-255 always are): a one-way cache per kind, and per length
+  // for tuples. A slot keeps the value's key (the int, a hash of the tuple's items' addresses)
+  // next to the object, so a miss costs no visit to the object. The caches grow with the
+  // input, from 256 slots to 64 Ki (a '.metadata' cycles through a tuple per rank and shard).
+  // Tuple keys hash addresses, so which of two tuples of one length evict each other changes
+  // from run to run; tuples of different lengths, like torch.Size's sizes and the 1-tuple of
+  // its arguments, never do.
   struct CacheSlot {
     uint64_t key = 0;
     Object* object = nullptr;
@@ -231,7 +234,7 @@ class Machine {
     uint64_t key = n;
     if (n > 0 && n <= kCachedTupleSize) {
       for (size_t k = 0; k < n; ++k) key = key * 31 + reinterpret_cast<uintptr_t>(items[k]);
-      slot = &cache_slot(tuple_cache_, key);
+      slot = &cache_slot(tuple_caches_[n - 1], key);
       const Object* c = slot->object;
       if (c != nullptr && slot->key == key && c->size_ == n &&
           std::equal(items, items + n, c->items_)) {
@@ -481,7 +484,12 @@ class Machine {
   std::unordered_map<uint32_t, Object*> sparse_memo_;
   int cache_bits_ = cache_bits(size_);
   std::vector<CacheSlot> int_cache_ = std::vector<CacheSlot>(size_t{1} << cache_bits_);
-  std::vector<CacheSlot> tuple_cache_ = std::vector<CacheSlot>(size_t{1} << cache_bits_);
+  static_assert(kCachedTupleSize == 4, "one cache below per cached tuple length");
+  std::vector<CacheSlot> tuple_caches_[kCachedTupleSize] = {
+      std::vector<CacheSlot>(size_t{1} << cache_bits_),
+      std::vector<CacheSlot>(size_t{1} << cache_bits_),
+      std::vector<CacheSlot>(size_t{1} << cache_bits_),
+      std::vector<CacheSlot>(size_t{1} << cache_bits_)};
   std::vector<CacheSlot> size_cache_ = std::vector<CacheSlot>(size_t{1} << cache_bits_);
   size_t memo_count_ = 0;  // distinct keys in memo_ and sparse_memo_
 };
