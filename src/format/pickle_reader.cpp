@@ -92,6 +92,7 @@ class Machine {
       : data_(reinterpret_cast<const uint8_t*>(data)), size_(size), source_(source) {
     TORCH_CHECK(size > 0, "corrupt pickle in ", source, ": empty");
     tree_.bytes_ = std::move(owned);
+    for (auto& cache : tuple_caches_) cache.resize(size_t{1} << cache_bits_);
   }
 
   Tree run() && {
@@ -484,12 +485,7 @@ class Machine {
   std::unordered_map<uint32_t, Object*> sparse_memo_;
   int cache_bits_ = cache_bits(size_);
   std::vector<CacheSlot> int_cache_ = std::vector<CacheSlot>(size_t{1} << cache_bits_);
-  static_assert(kCachedTupleSize == 4, "one cache below per cached tuple length");
-  std::vector<CacheSlot> tuple_caches_[kCachedTupleSize] = {
-      std::vector<CacheSlot>(size_t{1} << cache_bits_),
-      std::vector<CacheSlot>(size_t{1} << cache_bits_),
-      std::vector<CacheSlot>(size_t{1} << cache_bits_),
-      std::vector<CacheSlot>(size_t{1} << cache_bits_)};
+  std::vector<CacheSlot> tuple_caches_[kCachedTupleSize];  // by length - 1; sized in the ctor
   std::vector<CacheSlot> size_cache_ = std::vector<CacheSlot>(size_t{1} << cache_bits_);
   size_t memo_count_ = 0;  // distinct keys in memo_ and sparse_memo_
 };

@@ -13,12 +13,15 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "format/torch_save.h"
 #include "storage/paths.h"
@@ -196,6 +199,20 @@ bool is_row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   return true;
 }
 
+// The first and last element, counted in `strides`, that the box at `offsets` with `lengths`
+// touches: [first, last]; nullopt when the box is empty.
+std::optional<std::pair<int64_t, int64_t>> box_extent(const std::vector<int64_t>& offsets,
+                                                      const std::vector<int64_t>& lengths,
+                                                      c10::IntArrayRef strides) {
+  int64_t first = 0, last = 0;
+  for (size_t d = 0; d < strides.size(); ++d) {
+    if (lengths[d] <= 0) return std::nullopt;
+    first += offsets[d] * strides[d];
+    last += (offsets[d] + lengths[d] - 1) * strides[d];
+  }
+  return std::make_pair(first, last);
+}
+
 // Note [Ranged reads]: only the bytes between the box's first and last element are read, and
 // when they are exactly the box in row-major order and the destination is a contiguous tensor
 // of the same dtype, they are read straight into the destination's memory. A row-sharded
@@ -203,14 +220,11 @@ bool is_row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
 void read_box(const ArchiveSource& source, const TensorRecord& record, const ReadItem& item,
               at::Tensor& dest) {
   const int64_t itemsize = static_cast<int64_t>(c10::elementSize(record.dtype));
-  int64_t first = record.storage_offset, last = record.storage_offset, numel = 1;
-  for (size_t d = 0; d < record.sizes.size(); ++d) {
-    if (item.lengths[d] == 0) return;  // nothing to copy
-    first += item.storage_offsets[d] * record.strides[d];
-    last += (item.storage_offsets[d] + item.lengths[d] - 1) * record.strides[d];
-    numel *= item.lengths[d];
-  }
-  const int64_t count = last - first + 1;
+  const auto extent = box_extent(item.storage_offsets, item.lengths, record.strides);
+  if (!extent) return;  // nothing to copy
+  const int64_t first = record.storage_offset + extent->first;
+  const int64_t count = extent->second - extent->first + 1;
+  const int64_t numel = c10::multiply_integers(item.lengths);
   const uint64_t begin = record.data_offset + static_cast<uint64_t>(first * itemsize);
   const uint64_t nbytes = static_cast<uint64_t>(count * itemsize);
   if (count == numel && is_row_major(record.sizes, record.strides) && dest.is_contiguous() &&
@@ -280,27 +294,23 @@ std::vector<Span> group_spans(const std::vector<const ReadItem*>& items, const S
   if (chunk == nullptr) return whole;
   const size_t dims = chunk->sizes.size();
   const uint64_t itemsize = c10::elementSize(dtype);
-  std::vector<uint64_t> strides(dims, 1);  // row-major, in elements
-  uint64_t numel = 1;
+  std::vector<int64_t> strides(dims, 1);  // row-major, in elements
+  int64_t numel = 1;
   for (size_t d = dims; d-- > 0;) {
     strides[d] = numel;
-    numel *= static_cast<uint64_t>(std::max<int64_t>(chunk->sizes[d], 0));
+    numel *= std::max<int64_t>(chunk->sizes[d], 0);
   }
-  if (numel * itemsize > l) return whole;
-  const uint64_t slack = l - numel * itemsize;
+  if (static_cast<uint64_t>(numel) * itemsize > l) return whole;
+  const uint64_t slack = l - static_cast<uint64_t>(numel) * itemsize;
   const uint64_t tail = std::max(slack, std::min(l, kZipTailRead));
   std::vector<Span> spans{{o, o + slack}, {o + l - tail, o + l}};
   for (const ReadItem* item : items) {
     if (item->storage_offsets.size() != dims || item->lengths.size() != dims) return whole;
-    uint64_t first = 0, last = 0;
-    bool empty = false;
-    for (size_t d = 0; d < dims; ++d) {
-      if (item->lengths[d] <= 0) empty = true;
-      first += static_cast<uint64_t>(item->storage_offsets[d]) * strides[d];
-      last += static_cast<uint64_t>(item->storage_offsets[d] + item->lengths[d] - 1) * strides[d];
-    }
-    if (empty) continue;
-    spans.push_back({o + first * itemsize, std::min(o + l, o + slack + (last + 1) * itemsize)});
+    const auto extent = box_extent(item->storage_offsets, item->lengths, strides);
+    if (!extent) continue;
+    const uint64_t first = static_cast<uint64_t>(extent->first);
+    const uint64_t end = static_cast<uint64_t>(extent->second) + 1;
+    spans.push_back({o + first * itemsize, std::min(o + l, o + slack + end * itemsize)});
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin < b.begin;
