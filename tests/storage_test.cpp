@@ -16,7 +16,8 @@
 #include "dcp/dcp.h"
 #include "io/file.h"
 #include "storage/file_output.h"
-#include "storage/item_io.h"
+#include "storage/read_items.h"
+#include "storage/write_items.h"
 #include "testing/test_util.h"
 
 namespace dcp {

@@ -3,7 +3,7 @@
 // Writing: PyTorchStreamWriter with a writer function, records in torch.save's order:
 //   data.pkl, .format_version ("1"), .storage_alignment ("64"), byteorder ("little"),
 //   data/<key> for each storage; writeEndOfFile adds version and .data/serialization_id.
-// data.pkl for a tensor (reference Appendix B):
+// data.pkl for a tensor (docs/format.md §3):
 //   _rebuild_tensor_v2(PERSID('storage', torch.<Name>Storage, key, 'cpu', numel),
 //                      storage_offset, size, stride, requires_grad=False, OrderedDict())
 // and _rebuild_tensor_v3(..., dtype) with torch.UntypedStorage (numel in bytes) for dtypes
@@ -17,6 +17,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -383,6 +384,20 @@ class ArchiveReader {
 };
 
 }  // namespace
+
+std::optional<RecordGeometry> RecordGeometry::of(uint64_t length, uint64_t data_bytes) {
+  if (data_bytes > length) return std::nullopt;
+  return RecordGeometry(length, length - data_bytes);
+}
+
+ByteRange RecordGeometry::tail() const {
+  const uint64_t n = std::max(slack_, std::min(length_, kZipTailRead));
+  return {length_ - n, length_};
+}
+
+ByteRange RecordGeometry::data(uint64_t first, uint64_t end) const {
+  return {first, std::min(length_, slack_ + end)};
+}
 
 uint64_t write_tensor_archive(const at::Tensor& tensor, const ByteSink& sink) {
   ArchiveWriter archive(sink);

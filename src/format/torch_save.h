@@ -1,4 +1,4 @@
-// torch.save records: the zip archives that hold each item of a '.distcp' file (reference §3).
+// torch.save records: the zip archives that hold each item of a '.distcp' file (docs/format.md §3).
 // Writing uses LibTorch's PyTorchStreamWriter (the same container code torch.save uses);
 // data.pkl is written by our protocol-2 writer with only weights_only-safe opcodes. Reading uses
 // PyTorchStreamReader over a random-access source and our restricted pickle reader.
@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "dcp/state_dict.h"
@@ -45,6 +46,44 @@ struct TensorRecord {
   int64_t storage_offset = 0;  // elements
   uint64_t data_offset = 0;    // bytes, from the archive start to the storage's first byte
   uint64_t storage_bytes = 0;
+};
+
+/// A byte range [begin, end).
+struct ByteRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t size() const { return end - begin; }
+  bool operator==(const ByteRange& o) const { return begin == o.begin && end == o.end; }
+};
+
+/// Note [Record geometry]: where the bytes of a tensor record can sit, known before its
+/// header is read. A record of `length` bytes holding a contiguous chunk of `data_bytes` has
+/// `slack = length - data_bytes` bytes of zip headers, data.pkl and trailer, so its data starts
+/// somewhere in [0, slack]: data byte k lies in [k, slack + k], every header byte in
+/// [0, slack) and every trailer byte in [length - slack, length). Reading the record's header
+/// touches the head; the zip reader (miniz, under PyTorchStreamReader) finds the end of the
+/// central directory by reading the record's last kZipTailRead bytes in one go, so the tail
+/// grows to that. The bounds assume what dcp and Python DCP write (a contiguous chunk at
+/// storage offset 0); for any other record they are merely loose, and readers must not rely on
+/// them for correctness, only for hints.
+class RecordGeometry {
+ public:
+  /// The zip reader's first read: the last bytes of the archive.
+  static constexpr uint64_t kZipTailRead = 4096;
+
+  /// nullopt when `data_bytes` cannot fit in `length`.
+  static std::optional<RecordGeometry> of(uint64_t length, uint64_t data_bytes);
+
+  /// Ranges relative to the record's first byte.
+  ByteRange head() const { return {0, slack_}; }
+  ByteRange tail() const;
+  /// Where data bytes [first, end) of the chunk can lie.
+  ByteRange data(uint64_t first, uint64_t end) const;
+
+ private:
+  RecordGeometry(uint64_t length, uint64_t slack) : length_(length), slack_(slack) {}
+  uint64_t length_;
+  uint64_t slack_;
 };
 
 /// Parses a tensor item's data.pkl and locates its storage, without reading the storage.

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "io/file.h"
-#include "storage/item_io.h"
+#include "storage/write_items.h"
 
 namespace dcp::detail {
 

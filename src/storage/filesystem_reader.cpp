@@ -2,7 +2,7 @@
 //
 //   read_metadata: '.metadata' through the restricted pickle reader; a directory without it is
 //                  reported as "no checkpoint" (or "incomplete" when data files are there).
-//   read_data:     the shared read path (item_io.h) over pread-based files.
+//   read_data:     the shared read path (read_items.h) over pread-based files.
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 
@@ -11,7 +11,7 @@
 #include "dcp/filesystem.h"
 #include "format/metadata_codec.h"
 #include "io/file.h"
-#include "storage/item_io.h"
+#include "storage/read_items.h"
 #include "storage/paths.h"
 
 namespace dcp {

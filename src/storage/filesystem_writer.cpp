@@ -28,7 +28,7 @@
 #include "format/metadata_codec.h"
 #include "io/file.h"
 #include "storage/file_output.h"
-#include "storage/item_io.h"
+#include "storage/write_items.h"
 #include "storage/paths.h"
 
 namespace dcp {

@@ -4,7 +4,8 @@
 #include <c10/util/Exception.h>
 
 #include "format/metadata_codec.h"
-#include "storage/item_io.h"
+#include "storage/read_items.h"
+#include "storage/write_items.h"
 #include "storage/paths.h"
 
 namespace dcp {

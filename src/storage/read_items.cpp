@@ -1,0 +1,175 @@
+// read_items (see read_items.h): executes the read schedule (read_schedule.h).
+//
+// Each IO thread takes the next record in schedule order; before reading it, makes sure the
+// records up to its announce_end have been announced to their files (Note [Prefetch]); reads
+// the record's header once; byte items go to planner.load_bytes, tensor boxes are read (Note
+// [Ranged reads]) into planner.resolve_tensor's destination, then commit_tensor.
+#include "storage/read_items.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "format/torch_save.h"
+#include "util/parallel.h"
+
+namespace dcp::detail {
+namespace {
+
+// One saved item inside a data file.
+class ItemSource : public ArchiveSource {
+ public:
+  ItemSource(std::shared_ptr<const InputFile> file, const StorageInfo& info)
+      : file_(std::move(file)), info_(info) {
+    const uint64_t end = static_cast<uint64_t>(info.offset) + static_cast<uint64_t>(info.length);
+    TORCH_CHECK(end <= file_->size(), "item ", describe(), " lies past the end of '",
+                file_->name(), "', which has ", file_->size(), " bytes (truncated file?)");
+  }
+  uint64_t size() const override { return static_cast<uint64_t>(info_.length); }
+  void read(uint64_t offset, void* dst, size_t n) const override {
+    TORCH_CHECK(offset <= size() && n <= size() - offset, "reading ", describe(), " at [",
+                offset, ", ", offset + n, "): past the item's end");
+    file_->read(static_cast<uint64_t>(info_.offset) + offset, dst, n);
+  }
+  std::string describe() const override {
+    return "'" + info_.relative_path + "' [" + std::to_string(info_.offset) + ", " +
+           std::to_string(info_.offset + info_.length) + ")";
+  }
+
+ private:
+  std::shared_ptr<const InputFile> file_;
+  StorageInfo info_;
+};
+
+at::Tensor narrow_box(at::Tensor t, const std::vector<int64_t>& offsets,
+                      const std::vector<int64_t>& lengths) {
+  for (size_t d = 0; d < offsets.size(); ++d) {
+    if (offsets[d] != 0 || lengths[d] != t.size(static_cast<int64_t>(d))) {
+      t = t.narrow(static_cast<int64_t>(d), offsets[d], lengths[d]);
+    }
+  }
+  return t;
+}
+
+bool is_row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  int64_t expected = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// Note [Ranged reads]: only the bytes between the box's first and last element are read, and
+// when they are exactly the box in row-major order and the destination is a contiguous tensor
+// of the same dtype, they are read straight into the destination's memory. A row-sharded
+// reshard thus reads what it needs and nothing else, with no intermediate copy.
+void read_box(const ArchiveSource& source, const TensorRecord& record, const ReadItem& item,
+              at::Tensor& dest) {
+  const int64_t itemsize = static_cast<int64_t>(c10::elementSize(record.dtype));
+  const auto extent = box_extent(item.storage_offsets, item.lengths, record.strides);
+  if (!extent) return;  // nothing to copy
+  const int64_t first = record.storage_offset + extent->first;
+  const int64_t count = extent->second - extent->first + 1;
+  const int64_t numel = c10::multiply_integers(item.lengths);
+  const uint64_t begin = record.data_offset + static_cast<uint64_t>(first * itemsize);
+  const uint64_t nbytes = static_cast<uint64_t>(count * itemsize);
+  if (count == numel && is_row_major(record.sizes, record.strides) && dest.is_contiguous() &&
+      dest.scalar_type() == record.dtype && dest.device().is_cpu()) {
+    source.read(begin, dest.data_ptr(), nbytes);
+    return;
+  }
+  at::Tensor span = at::empty({count}, at::TensorOptions().dtype(record.dtype));
+  source.read(begin, span.data_ptr(), nbytes);
+  dest.copy_(span.as_strided(item.lengths, record.strides, 0));
+}
+
+}  // namespace
+
+void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
+                const FileOpener& open, int rank, const ReadOptions& options) {
+  const std::vector<RecordRead> schedule = schedule_reads(plan, metadata, options);
+
+  std::mutex files_mu;
+  std::map<std::string, std::shared_ptr<const InputFile>> files;  // guarded by files_mu
+  auto file = [&](const std::string& relative) {
+    std::lock_guard<std::mutex> lock(files_mu);
+    auto it = files.find(relative);
+    if (it == files.end()) it = files.emplace(relative, open(relative)).first;
+    return it->second;
+  };
+
+  std::mutex announce_mu;
+  size_t announced = 0;  // records [0, announced) have been announced; guarded by announce_mu
+  auto announce_through = [&](size_t end) {
+    std::lock_guard<std::mutex> lock(announce_mu);
+    for (; announced < end; ++announced) {
+      const RecordRead& next = schedule[announced];
+      std::shared_ptr<const InputFile> f;
+      try {
+        f = file(next.info->relative_path);
+      } catch (const c10::Error&) {
+        continue;  // only a hint: reading that record will report the error, with its context
+      }
+      for (const ByteRange& r : next.ranges) f->prefetch(r.begin, r.size());
+    }
+  };
+
+  run_parallel(schedule.size(), options.thread_count, [&](size_t w) {
+    const RecordRead& record = schedule[w];
+    announce_through(record.announce_end);
+    const auto& items = record.items;
+    const MetadataIndex& index = items.front()->storage_index;
+    const StorageInfo& info = *record.info;
+    TORCH_CHECK_NOT_IMPLEMENTED(info.transform_descriptors.empty(), "rank ", rank, ": '",
+                                index.fqn, "' is stored with transforms (",
+                                info.transform_descriptors.front(),
+                                "), which dcp does not read yet");
+    try {
+      ItemSource source(file(info.relative_path), info);
+      if (items.front()->type == LoadItemType::BYTE_IO) {
+        Value value = read_value_archive(source);
+        for (const ReadItem* item : items) planner.load_bytes(*item, value);
+        return;
+      }
+      if (!options.ranged_reads) {  // the simple path: the whole saved chunk, then copies
+        const at::Tensor saved = read_tensor_archive(source);
+        for (const ReadItem* item : items) {
+          at::Tensor src = narrow_box(saved, item->storage_offsets, item->lengths);
+          at::Tensor dest = planner.resolve_tensor(*item);
+          TORCH_CHECK(dest.sizes() == src.sizes(), "destination box ", dest.sizes(),
+                      " does not match the saved box ", src.sizes());
+          dest.copy_(src);
+          planner.commit_tensor(*item, dest);
+        }
+        return;
+      }
+      const TensorRecord record = read_tensor_record(source);
+      for (const ReadItem* item : items) {
+        at::Tensor dest = planner.resolve_tensor(*item);
+        TORCH_CHECK(dest.sizes() == c10::IntArrayRef(item->lengths), "destination box ",
+                    dest.sizes(), " does not match the saved box ",
+                    c10::IntArrayRef(item->lengths));
+        TORCH_CHECK(item->storage_offsets.size() == record.sizes.size(), "the saved record has ",
+                    record.sizes.size(), " dimensions, the read ", item->storage_offsets.size());
+        for (size_t d = 0; d < record.sizes.size(); ++d) {
+          TORCH_CHECK(item->storage_offsets[d] + item->lengths[d] <= record.sizes[d],
+                      "the read box leaves the saved chunk of shape ",
+                      c10::IntArrayRef(record.sizes));
+        }
+        read_box(source, record, *item, dest);
+        planner.commit_tensor(*item, dest);
+      }
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "rank ", rank, ": reading '", index.fqn, "' from '",
+                  info.relative_path, "' [", info.offset, ", ", info.offset + info.length,
+                  "): ", e.what_without_backtrace());
+    }
+  });
+}
+
+}  // namespace dcp::detail

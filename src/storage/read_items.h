@@ -1,0 +1,38 @@
+// The read side shared by file-like backends: executing one rank's load plan against
+// random-access input files. FileSystemReader and MemoryReader differ only in where the bytes
+// come from. The plan's schedule (order, ranges, announcements) comes from read_schedule.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "dcp/metadata.h"
+#include "dcp/planner.h"
+#include "storage/read_schedule.h"
+
+namespace dcp::detail {
+
+/// A read-only random-access file. Thread-safe: IO threads read one file concurrently.
+class InputFile {
+ public:
+  virtual ~InputFile() = default;
+  virtual const std::string& name() const = 0;
+  virtual uint64_t size() const = 0;
+  /// Reads exactly n bytes at `offset`; throws naming the file and range otherwise.
+  virtual void read(uint64_t offset, void* dst, size_t n) const = 0;
+  /// A hint that [offset, offset + n) will be read soon: a file on disk starts reading it in
+  /// the background. Never throws; the default does nothing.
+  virtual void prefetch(uint64_t offset, uint64_t n) const {}
+};
+
+using FileOpener = std::function<std::shared_ptr<const InputFile>(const std::string& relative)>;
+
+/// Executes a load plan: for every saved item the plan touches, hands the pieces to the planner
+/// (load_bytes, or resolve_tensor + copy + commit_tensor). Errors name the rank, the item, the
+/// file and the record's range.
+void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
+                const FileOpener& open, int rank, const ReadOptions& options = {});
+
+}  // namespace dcp::detail

@@ -1,0 +1,54 @@
+// The read schedule of one rank's load plan: which records are read, in which order, which
+// byte ranges of their files the reads will touch, and how far ahead of each record those
+// ranges are announced to the files (Note [Prefetch] in read_schedule.cpp). A pure function of
+// the plan and the metadata, with no IO; read_items executes it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dcp/metadata.h"
+#include "dcp/planner.h"
+#include "format/torch_save.h"
+
+namespace dcp::detail {
+
+/// How read_items reads.
+struct ReadOptions {
+  /// IO threads.
+  int thread_count = 1;
+  /// Read only the byte range each read needs, straight into the destination when the layout
+  /// allows (Note [Ranged reads]); false reads each saved chunk whole and copies from it (the
+  /// simple path).
+  bool ranged_reads = true;
+  /// How many bytes of the coming reads to announce to the files ahead of reading them (Note
+  /// [Prefetch]); 0 announces nothing.
+  uint64_t prefetch_bytes = 0;
+};
+
+/// One record, read once for all the plan's reads of it.
+struct RecordRead {
+  /// The record: file, offset and length (points into the metadata's storage_data).
+  const StorageInfo* info = nullptr;
+  /// The plan's reads of this record, in plan order (all of one saved item).
+  std::vector<const ReadItem*> items;
+  /// The byte ranges of the file that reading the record will touch: sorted, disjoint,
+  /// absolute. Empty when nothing is announced (prefetch_bytes == 0).
+  std::vector<ByteRange> ranges;
+  /// Before this record is read, records [0, announce_end) must have been announced: this one
+  /// and those that follow within prefetch_bytes of announced ranges.
+  size_t announce_end = 0;
+};
+
+/// The records in read order: by file, then by offset, so each file is read front to back.
+/// Throws when the plan reads an item the metadata has no storage entry for.
+std::vector<RecordRead> schedule_reads(const LoadPlan& plan, const Metadata& metadata,
+                                       const ReadOptions& options);
+
+/// The first and last element, counted in `strides`, that the box at `offsets` with `lengths`
+/// touches: [first, last]; nullopt when the box is empty.
+std::optional<std::pair<int64_t, int64_t>> box_extent(const std::vector<int64_t>& offsets,
+                                                      const std::vector<int64_t>& lengths,
+                                                      c10::IntArrayRef strides);
+
+}  // namespace dcp::detail

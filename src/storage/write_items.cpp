@@ -1,0 +1,107 @@
+// The write side of file-like backends (see write_items.h).
+//
+// A rank's items go to files as Python lays them out (assign_files); each file is written by one
+// IO thread: for each item (byte items first, then tensors), resolve its payload through the
+// planner, append a torch.save record at the stream's position, record (file, offset, length).
+#include "storage/write_items.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "format/torch_save.h"
+#include "storage/paths.h"
+#include "util/parallel.h"
+
+namespace dcp::detail {
+
+std::vector<FileBucket> assign_files(const SavePlan& plan, bool single_file_per_rank,
+                                     int thread_count) {
+  std::vector<FileBucket> buckets;
+  if (!single_file_per_rank) {
+    for (size_t i = 0; i < plan.items.size(); ++i) {
+      buckets.push_back(FileBucket{paths::data_file(plan.storage_data, static_cast<int>(i)),
+                                   {&plan.items[i]}});
+    }
+    return buckets;
+  }
+  const int n = std::max(1, thread_count);
+  buckets.resize(n);
+  for (int k = 0; k < n; ++k) buckets[k].relative_path = paths::data_file(plan.storage_data, k);
+  std::vector<const WriteItem*> tensors;
+  size_t next = 0;
+  for (const auto& item : plan.items) {
+    if (item.type == WriteItemType::BYTE_IO) buckets[next++ % n].items.push_back(&item);
+    else tensors.push_back(&item);
+  }
+  // Python sorts by the *global* tensor size; so do we, for an identical layout.
+  auto global_bytes = [](const WriteItem* item) {
+    int64_t numel = 1;
+    for (int64_t d : item->tensor_data->size) numel *= d;
+    return numel * static_cast<int64_t>(c10::elementSize(item->tensor_data->properties.dtype));
+  };
+  std::stable_sort(tensors.begin(), tensors.end(), [&](const WriteItem* a, const WriteItem* b) {
+    return global_bytes(a) > global_bytes(b);
+  });
+  std::vector<int64_t> totals(n, 0);
+  for (const WriteItem* item : tensors) {
+    const auto lightest = std::min_element(totals.begin(), totals.end()) - totals.begin();
+    buckets[lightest].items.push_back(item);
+    totals[lightest] += global_bytes(item);
+  }
+  return buckets;
+}
+
+std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& planner,
+                                      OutputStream& out, int rank) {
+  std::vector<WriteResult> results;
+  results.reserve(bucket.items.size());
+  const ByteSink sink = [&out](const void* data, size_t n) { out.write(data, n); };
+  for (const WriteItem* item : bucket.items) {
+    const uint64_t start = out.position();
+    uint64_t length = 0;
+    try {
+      WritePayload payload = planner.resolve_data(*item);
+      if (auto* tensor = std::get_if<at::Tensor>(&payload)) {
+        TORCH_CHECK(item->type != WriteItemType::BYTE_IO, "planner resolved a byte item to a tensor");
+        length = write_tensor_archive(tensor->detach().cpu(), sink);
+      } else {
+        length = write_value_archive(std::get<Value>(payload), sink);
+      }
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "rank ", rank, ": writing '", item->index.fqn, "' to '",
+                  bucket.relative_path, "' at byte ", start, ": ", e.what_without_backtrace());
+    }
+    WriteResult r;
+    r.index = item->index;
+    r.size_in_bytes = static_cast<int64_t>(length);
+    r.storage_data = StorageInfo{bucket.relative_path, static_cast<int64_t>(start),
+                                 static_cast<int64_t>(length), {}};
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+std::future<std::vector<WriteResult>> write_files(
+    const SavePlan& plan, bool single_file_per_rank, int thread_count,
+    const std::function<std::vector<WriteResult>(const FileBucket&)>& write_file) {
+  std::promise<std::vector<WriteResult>> promise;
+  try {
+    const auto buckets = assign_files(plan, single_file_per_rank, thread_count);
+    std::vector<std::vector<WriteResult>> per_bucket(buckets.size());
+    run_parallel(buckets.size(), thread_count,
+                 [&](size_t b) { per_bucket[b] = write_file(buckets[b]); });
+    std::vector<WriteResult> results;
+    for (auto& r : per_bucket) {
+      for (auto& item : r) results.push_back(std::move(item));
+    }
+    promise.set_value(std::move(results));
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+  return promise.get_future();
+}
+
+}  // namespace dcp::detail
