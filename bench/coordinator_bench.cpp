@@ -23,7 +23,7 @@
 
 #include "dcp/dcp.h"
 #include "format/metadata_codec.h"
-#include "metadata_internal.h"
+#include "storage_data.h"
 
 namespace {
 

@@ -24,7 +24,7 @@
 #include "dcp/filesystem.h"
 #include "dist_wrapper.h"
 #include "format/metadata_codec.h"
-#include "metadata_internal.h"
+#include "storage_data.h"
 #include "planner/plan_codec.h"
 
 namespace dcp {

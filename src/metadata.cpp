@@ -5,7 +5,10 @@
 #include <numeric>
 
 #include "format/dtypes.h"
-#include "metadata_internal.h"
+#include "storage_data.h"
+#include "util/look_ahead.h"
+#include "util/name_interner.h"
+#include "util/offset_order.h"
 
 namespace dcp {
 
@@ -46,8 +49,12 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
   NameInterner interner;
   std::vector<uint32_t> name_id(entries.size());
   std::vector<OffsetHead> head(entries.size());
+  LookAhead ahead(entries.begin(), entries.end());  // Note [Look-ahead]
   for (size_t i = 0; i < entries.size(); ++i) {
-    if (i + kPrefetchDistance < entries.size()) prefetch(entries[i + kPrefetchDistance].first);
+    ahead.step([](const auto& next) {
+      touch(next.first.fqn);
+      touch(next.first.offset);
+    });
     name_id[i] = interner.intern(entries[i].first.fqn).first;
     head[i] = OffsetHead::of(entries[i].first.offset);
   }
@@ -82,10 +89,9 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
   }
 
   std::map<MetadataIndex, StorageInfo> out;
+  LookAhead ahead_in_order(order.begin(), order.end());  // Note [Look-ahead]
   for (size_t k = 0; k < order.size(); ++k) {
-    if (k + kPrefetchDistance < order.size()) {
-      __builtin_prefetch(&entries[order[k + kPrefetchDistance]]);
-    }
+    ahead_in_order.step([&](size_t next) { touch(&entries[next]); });
     // Equal keys sit together in input order; the last of them wins.
     if (k + 1 < order.size() && name_id[order[k]] == name_id[order[k + 1]] &&
         compare(order[k], order[k + 1]) == 0) {

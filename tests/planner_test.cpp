@@ -8,7 +8,8 @@
 #include <map>
 
 #include "dcp/planner.h"
-#include "metadata_internal.h"
+#include "storage_data.h"
+#include "util/name_interner.h"
 #include "planner/planner_helpers.h"
 
 namespace dcp {

@@ -1,6 +1,6 @@
-// The '.metadata' codec. Encoding follows reference §2.7 (the nesting Python's pickle emits for
+// The '.metadata' codec. Encoding follows docs/format.md §2 (the nesting Python's pickle emits for
 // the DCP dataclasses); decoding interprets the restricted reader's inert object tree and
-// accepts only the closed set of globals of reference §2.6. Unknown globals are tolerated only
+// accepts only the closed set of globals of docs/format.md §2. Unknown globals are tolerated only
 // inside storage_meta and planner_data, which are informational.
 #include "format/metadata_codec.h"
 
@@ -8,7 +8,9 @@
 
 #include "format/dtypes.h"
 #include "format/pickle.h"
-#include "metadata_internal.h"
+#include "storage_data.h"
+#include "util/name_interner.h"
+#include "util/offset_order.h"
 
 namespace dcp::detail {
 namespace {
@@ -62,13 +64,7 @@ class Encoder {
     w_.str("storage_data");
     w_.empty_dict();
     w_.mark();
-    auto ahead = md.storage_data.begin();
-    for (size_t k = 0; k < kPrefetchDistance && ahead != md.storage_data.end(); ++k) ++ahead;
     for (const auto& [index, info] : md.storage_data) {
-      if (ahead != md.storage_data.end()) {
-        prefetch(ahead->first);
-        ++ahead;
-      }
       metadata_index(index);
       storage_info(info);
     }
@@ -162,7 +158,6 @@ class Encoder {
     w_.empty_list();
     w_.mark();
     for (size_t c = 0; c < t.chunks.size(); ++c) {
-      if (c + kPrefetchDistance < t.chunks.size()) prefetch(t.chunks[c + kPrefetchDistance]);
       const auto& chunk = t.chunks[c];
       new_object(chunk_cls_, kMetadataModule, "ChunkStorageMetadata");
       w_.empty_dict();

@@ -1,4 +1,4 @@
-// De-duplication of replicated save items (Python's dedup_save_plans, reference §4.4):
+// De-duplication of replicated save items (Python's dedup_save_plans, docs/format.md §6.2):
 //   1. key = MetadataIndex (fqn, offset); walk distinct keys in first-seen order;
 //   2. candidates = ranks whose plans contain the key;
 //   3. keep it on the lowest candidate, or on the candidate with the fewest bytes so far;
@@ -11,7 +11,8 @@
 // when a duplicate exists does the walk of step 2-5 run.
 #include <algorithm>
 
-#include "metadata_internal.h"
+#include "util/name_interner.h"
+#include "util/offset_order.h"
 #include "planner/planner_helpers.h"
 
 namespace dcp::detail {
@@ -45,7 +46,6 @@ std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to
   for (size_t r = 0; r < plans.size(); ++r) {
     const auto& items = plans[r].items;
     for (size_t p = 0; p < items.size(); ++p) {
-      if (p + kPrefetchDistance < items.size()) prefetch(items[p + kPrefetchDistance].index);
       auto [group, inserted] = group_of.intern(items[p].index.fqn);
       if (inserted) groups.emplace_back();
       groups[group].push_back(Occurrence{&items[p], static_cast<uint32_t>(r),

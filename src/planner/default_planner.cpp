@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "dcp/planner.h"
-#include "metadata_internal.h"
+#include "util/name_interner.h"
 #include "planner/planner_helpers.h"
 
 namespace dcp {
@@ -76,11 +76,6 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
   std::vector<StorageMetadata*> entry_of;
   for (auto& plan : plans) {
     for (size_t p = 0; p < plan.items.size(); ++p) {
-      if (p + kPrefetchDistance < plan.items.size()) {
-        const WriteItem& ahead = plan.items[p + kPrefetchDistance];
-        prefetch(ahead.index);
-        if (ahead.tensor_data) prefetch(ahead.tensor_data->chunk);
-      }
       WriteItem& item = plan.items[p];
       const uint32_t id = names.intern(item.index.fqn).first;
       const bool seen = id < entry_of.size();

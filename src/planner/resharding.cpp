@@ -1,4 +1,4 @@
-// Resharding on load (Python's create_read_items_for_chunk_list, reference §5.2): for every
+// Resharding on load (Python's create_read_items_for_chunk_list, docs/format.md §6.5): for every
 // destination chunk and every saved chunk that overlaps it in every dimension, one ReadItem
 // with, per dimension,
 //   start = max(dest.off, saved.off), end = min(dest.off + dest.size, saved.off + saved.size),
@@ -9,7 +9,6 @@
 
 #include <algorithm>
 
-#include "metadata_internal.h"
 #include "planner/planner_helpers.h"
 
 namespace dcp::detail {
@@ -70,7 +69,6 @@ std::string validate_global_plan(const Metadata& metadata, size_t num_plans) {
     std::vector<size_t> nonempty;
     nonempty.reserve(t->chunks.size());
     for (size_t i = 0; i < t->chunks.size(); ++i) {
-      if (i + kPrefetchDistance < t->chunks.size()) prefetch(t->chunks[i + kPrefetchDistance]);
       const auto& c = t->chunks[i];
       if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size()) {
         return c10::str("'", fqn, "': chunk ", i, " has the wrong number of dimensions");
