@@ -1,10 +1,9 @@
-// Metadata helpers: printing, equality, dtype names and storage_data assembly.
+// Metadata helpers: printing, equality and storage_data assembly.
 #include "dcp/metadata.h"
 
 #include <algorithm>
 #include <numeric>
 
-#include "format/dtypes.h"
 #include "storage_data.h"
 #include "util/look_ahead.h"
 #include "util/name_interner.h"
@@ -37,8 +36,6 @@ bool Metadata::operator==(const Metadata& o) const {
   }
   return true;
 }
-
-std::string dtype_name(c10::ScalarType dtype) { return detail::python_dtype_name(dtype); }
 
 namespace detail {
 

@@ -1,6 +1,6 @@
 // Value, Dict, and Python DCP's flatten_state_dict / set_element.
 //
-// Flattening (reference §4.2), for every top-level (key, value) with path (str(key),):
+// Flattening (docs/format.md §6.1), for every top-level (key, value) with path (str(key),):
 //   1. a dict is traversed; an empty dict emits nothing;
 //   2. a list is traversed (children get int indices) only when it is "non-terminal": it holds
 //      a tensor, a dict, or a non-terminal list; otherwise it is one leaf;

@@ -1,4 +1,4 @@
-// Flattening and set_element follow Python DCP's rules (reference §4.2).
+// Flattening and set_element follow Python DCP's rules (docs/format.md §6.1).
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // dcp::save and dcp::load: the save/load protocol that drives planners, storage and
-// communicator, with Python DCP's call order (reference §4.6, §5.5).
+// communicator, with Python DCP's call order (docs/format.md §6.4).
 //
 // Every rank of the communicator calls save (or load) with its own state dict; they return on
 // every rank with the same outcome. Not thread-safe with respect to one communicator.

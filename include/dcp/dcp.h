@@ -8,6 +8,7 @@
 #include "dcp/in_process_communicator.h"
 #include "dcp/memory_storage.h"
 #include "dcp/metadata.h"
+#include "dcp/object_path.h"
 #include "dcp/planner.h"
 #include "dcp/sharded_tensor.h"
 #include "dcp/state_dict.h"

@@ -61,6 +61,7 @@ class FileSystemWriter : public StorageWriter {
   std::string create_visibility_probe() override;
   bool sees_visibility_probe(const std::string& probe) override;
   void remove_visibility_probe(const std::string& probe) override;
+  std::string visibility_probe_advice() override;
 
  private:
   std::string path_;

@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "dcp/state_dict.h"
+#include "dcp/object_path.h"
 
 namespace dcp {
 

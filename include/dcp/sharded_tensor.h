@@ -52,7 +52,7 @@ struct Placement {
 
 /// The box (global offsets and sizes) the rank at `mesh_coordinate` holds: Python's
 /// compute_local_shape_and_global_offset, with torch.chunk's split and empty shards placed at
-/// offset = dimension size (reference §5.3).
+/// offset = dimension size (docs/format.md §6.6).
 struct LocalBox {
   std::vector<int64_t> offsets;
   std::vector<int64_t> sizes;

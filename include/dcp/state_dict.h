@@ -1,7 +1,7 @@
 // dcp::Value and dcp::StateDict: the nested, ordered, name-to-value trees that dcp::save writes
 // and dcp::load fills, with the same shape Python DCP accepts (tensors, nested dicts, lists,
 // tuples and plain Python values), plus the flattening to dotted keys that Python DCP applies
-// (reference §4.2), so that keys match across languages.
+// (docs/format.md §6.1), so that keys match across languages.
 //
 // Thread-safety: values are plain data; concurrent reads are safe, writes need external locking.
 #pragma once
@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "dcp/object_path.h"
 #include "dcp/sharded_tensor.h"
 
 namespace dcp {
@@ -33,13 +34,6 @@ struct Bytes {
   std::string data;
   bool operator==(const Bytes& other) const { return data == other.data; }
 };
-
-/// A dict key. State dicts use strings; optimizer state and values written by Python may use
-/// integers. Keys become strings in flattened names (Python's `str(key)`).
-using Key = std::variant<std::string, int64_t>;
-
-/// `str(key)` as Python prints it.
-std::string key_to_string(const Key& key);
 
 /// Python's list.
 using List = std::vector<Value>;
@@ -161,9 +155,6 @@ bool operator==(const Dict& a, const Dict& b);
 /// A short, Python-like rendering for messages and tests (tensors print as their shape).
 std::ostream& operator<<(std::ostream& os, const Value& v);
 
-/// Python DCP's OBJ_PATH: the keys and list indices leading from the root to a leaf.
-using ObjectPath = std::vector<Key>;
-
 /// A state dict flattened to dotted keys (Python `flatten_state_dict`), with each key's path.
 /// Leaves are copies of the original values; tensors share storage with the originals, so
 /// writing into a flat tensor writes into the caller's tensor.
@@ -172,7 +163,7 @@ struct FlatStateDict {
   std::map<std::string, ObjectPath> mappings;         // flat key -> path (Metadata.planner_data)
 };
 
-/// Flattens with Python DCP's rules (reference §4.2): dicts are always traversed (empty dicts
+/// Flattens with Python DCP's rules (docs/format.md §6.1): dicts are always traversed (empty dicts
 /// vanish), lists only when they hold a tensor, a dict or such a list; tuples and everything
 /// else are leaves; keys are joined with '.'. Throws c10::ValueError on a duplicated flat key.
 FlatStateDict flatten_state_dict(const StateDict& state);

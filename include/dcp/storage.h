@@ -59,6 +59,9 @@ class StorageWriter {
   virtual std::string create_visibility_probe() { return ""; }
   virtual bool sees_visibility_probe(const std::string& probe) { return true; }
   virtual void remove_visibility_probe(const std::string& probe) {}
+  /// What to tell the user when some rank cannot see the probe: how this backend's storage
+  /// must be set up, and how to turn the check off. Appended to the error.
+  virtual std::string visibility_probe_advice() { return ""; }
 };
 
 /// Reads one checkpoint; one instance per rank. dcp::load calls, in order:
@@ -102,6 +105,7 @@ class StorageWriterWrapper : public StorageWriter {
   std::string create_visibility_probe() override;
   bool sees_visibility_probe(const std::string& probe) override;
   void remove_visibility_probe(const std::string& probe) override;
+  std::string visibility_probe_advice() override;
 
  protected:
   StorageWriter& target() { return target_; }

@@ -4,7 +4,7 @@
 // never overlap.
 #include "dcp/in_process_communicator.h"
 
-#include "comm/wire.h"
+#include "util/wire.h"
 
 #include <c10/util/Exception.h>
 

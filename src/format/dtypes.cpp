@@ -1,9 +1,11 @@
-// Dtype name tables (reference §2.3, §3.3).
+// Dtype name tables (docs/format.md §2, §3).
 #include "format/dtypes.h"
 
 #include <c10/util/Exception.h>
 
 #include <array>
+
+#include "dcp/metadata.h"
 
 namespace dcp::detail {
 namespace {
@@ -88,3 +90,10 @@ std::optional<c10::ScalarType> dtype_from_storage_name(const std::string& name) 
 }
 
 }  // namespace dcp::detail
+
+namespace dcp {
+
+// Declared in dcp/metadata.h; the names are the format's.
+std::string dtype_name(c10::ScalarType dtype) { return detail::python_dtype_name(dtype); }
+
+}  // namespace dcp

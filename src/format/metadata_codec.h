@@ -1,5 +1,5 @@
 // '.metadata' bytes <-> dcp::Metadata: the pickle of Python's Metadata dataclasses
-// (reference §2), written with our pickle writer and read with the restricted reader.
+// (docs/format.md §2), written with our pickle writer and read with the restricted reader.
 #pragma once
 
 #include <string>
@@ -9,7 +9,7 @@
 namespace dcp::detail {
 
 /// The pickle Python's pickle.load turns into torch.distributed.checkpoint.metadata.Metadata.
-/// Only the globals of reference §2.7 appear in it.
+/// Only the globals of docs/format.md §2 appear in it.
 std::string encode_metadata(const Metadata& metadata);
 
 /// Parses a '.metadata' pickle written by dcp or by Python DCP (any 2.x layout: both

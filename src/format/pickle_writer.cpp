@@ -1,5 +1,5 @@
 // The protocol-2 pickle writer (see pickle.h). It emits only opcodes that Python's
-// weights_only unpickler accepts (reference §3.5), so the same writer serves '.metadata' and
+// weights_only unpickler accepts (docs/format.md §3), so the same writer serves '.metadata' and
 // torch.save's data.pkl: PROTO, GLOBAL, MARK, TUPLE*, EMPTY_*, APPENDS, SETITEMS, REDUCE,
 // NEWOBJ, BUILD, BINPERSID, NONE, NEWTRUE/NEWFALSE, BININT*, LONG1, BINFLOAT, BINUNICODE,
 // BINPUT/LONG_BINPUT, BINGET/LONG_BINGET, STOP.

@@ -13,11 +13,11 @@ namespace dcp::detail {
 
 /// Removes duplicates of replicated items (equal MetadataIndex on several ranks), keeping each
 /// on one rank: the one with the fewest bytes so far (ties: lowest rank), or always the lowest
-/// rank when `save_to_lowest_rank` (reference §4.4).
+/// rank when `save_to_lowest_rank` (docs/format.md §6.2).
 std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to_lowest_rank);
 
 /// Builds the global Metadata from the (de-duplicated) plans, rewriting each tensor item's
-/// index hint to its chunk position; merges planner_data (reference §4.5). Throws
+/// index hint to its chunk position; merges planner_data (docs/format.md §6.3). Throws
 /// c10::ValueError when chunks leave the tensor's bounds, overlap, or (with more than one plan)
 /// do not cover it.
 std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
@@ -27,7 +27,7 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
 std::string validate_global_plan(const Metadata& metadata, size_t num_plans);
 
 /// The reads that fill `local_chunks` (destination boxes of tensor `fqn`, in global offsets)
-/// from the saved chunks in `saved` (reference §5.2).
+/// from the saved chunks in `saved` (docs/format.md §6.5).
 std::vector<ReadItem> create_read_items_for_chunk_list(
     const std::string& fqn, const TensorStorageMetadata& saved,
     const std::vector<ChunkStorageMetadata>& local_chunks);

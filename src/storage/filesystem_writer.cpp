@@ -189,6 +189,12 @@ void FileSystemWriter::remove_visibility_probe(const std::string& probe) {
   }
 }
 
+std::string FileSystemWriter::visibility_probe_advice() {
+  return "Every rank must write to one shared file system (NFS, Lustre, ...): a checkpoint "
+         "spread over node-local disks cannot be loaded by any other job. Set "
+         "FileSystemWriterOptions::check_shared_directory = false to skip this check.";
+}
+
 std::optional<StorageMeta> FileSystemWriter::storage_meta() {
   StorageMeta meta;
   meta.checkpoint_id = path_;

@@ -1,4 +1,4 @@
-// Every on-disk name of a checkpoint, in one place (PyTorch DCP's names, reference §1.1).
+// Every on-disk name of a checkpoint, in one place (PyTorch DCP's names, docs/format.md §1).
 #pragma once
 
 #include <string>

@@ -33,6 +33,9 @@ bool StorageWriterWrapper::sees_visibility_probe(const std::string& probe) {
 void StorageWriterWrapper::remove_visibility_probe(const std::string& probe) {
   target_.remove_visibility_probe(probe);
 }
+std::string StorageWriterWrapper::visibility_probe_advice() {
+  return target_.visibility_probe_advice();
+}
 
 void StorageReaderWrapper::reset(const std::optional<std::string>& checkpoint_id) {
   target_.reset(checkpoint_id);

@@ -33,7 +33,7 @@ ALLOWED_METADATA_GLOBALS = {
 
 
 class RestrictedUnpickler(pickle.Unpickler):
-    """Allows only the globals of reference section 2.7 (what a restricted loader would)."""
+    """Allows only the globals of docs/format.md section 2 (what a restricted loader would)."""
 
     def find_class(self, module, name):
         if (module, name) in ALLOWED_METADATA_GLOBALS or (

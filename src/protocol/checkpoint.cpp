@@ -22,10 +22,10 @@
 #include <optional>
 
 #include "dcp/filesystem.h"
-#include "dist_wrapper.h"
+#include "protocol/dist_wrapper.h"
 #include "format/metadata_codec.h"
 #include "storage_data.h"
-#include "planner/plan_codec.h"
+#include "protocol/plan_codec.h"
 
 namespace dcp {
 namespace {
@@ -58,10 +58,7 @@ void check_shared_storage(detail::DistWrapper& dist, StorageWriter& writer, int 
   }
   TORCH_CHECK(blind.empty(), "the checkpoint storage is not shared by all ranks: rank(s) ", blind,
               " cannot see the probe '", probe, "' that rank ", coordinator,
-              " (the coordinator) wrote. Every rank must write to one shared file system (NFS, "
-              "Lustre, ...): a checkpoint spread over node-local disks cannot be loaded by any "
-              "other job. Set FileSystemWriterOptions::check_shared_directory = false to skip "
-              "this check.");
+              " (the coordinator) wrote. ", writer.visibility_probe_advice());
 }
 
 }  // namespace

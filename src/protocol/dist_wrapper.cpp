@@ -2,11 +2,11 @@
 //   u8 0, str payload                 success
 //   u8 1, u8 error type, str message  failure (type: 0 Error, 1 ValueError, 2 TypeError,
 //                                      3 NotImplementedError), re-raised with the same type
-#include "dist_wrapper.h"
+#include "protocol/dist_wrapper.h"
 
 #include <c10/util/Exception.h>
 
-#include "comm/wire.h"
+#include "util/wire.h"
 
 namespace dcp::detail {
 namespace {

@@ -1,7 +1,7 @@
 // Plan and write-result encoding (see plan_codec.h).
-#include "planner/plan_codec.h"
+#include "protocol/plan_codec.h"
 
-#include "comm/wire.h"
+#include "util/wire.h"
 
 namespace dcp::detail {
 namespace {
