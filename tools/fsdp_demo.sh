@@ -25,11 +25,20 @@ paste <(losses "$WORK/w16.log") <(losses "$WORK/w4.log" | cut -d' ' -f2) \
       <(losses "$WORK/w8.log" | cut -d' ' -f2) |
   awk 'BEGIN { printf "%-5s %-24s %-24s %-24s\n", "step", "16 ranks", "resumed 4", "resumed 8" }
        { printf "%-5s %-24s %-24s %-24s\n", $1, $2, $3, $4 }'
-if [[ "$(losses "$WORK/w16.log")" == "$(losses "$WORK/w4.log")" &&
-      "$(losses "$WORK/w16.log")" == "$(losses "$WORK/w8.log")" &&
-      -n "$(losses "$WORK/w16.log")" ]]; then
-  echo "RESULT: the resumed runs reproduce the uninterrupted loss trajectory exactly"
+# Same trajectory: every step present in all three runs, and every loss within 1e-12 relative
+# of the uninterrupted run's. The gradients are float64 sums whose order depends on the number
+# of ranks (MPI_Reduce_scatter over 16, 4 or 8 ranks), so the last of the 16 printed digits
+# may differ (seen on some machines); a wrong resume (any value loaded wrongly) differs by
+# orders of magnitude more.
+verdict=$(paste <(losses "$WORK/w16.log") <(losses "$WORK/w4.log") <(losses "$WORK/w8.log") |
+  awk -v steps=$((STEPS - 6)) '
+    function rel(a, b) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return m > 0 ? d / m : d }
+    NF == 6 && $1 == $3 && $1 == $5 { n++; for (k = 4; k <= 6; k += 2) { r = rel($2, $k); if (r > worst) worst = r } }
+    END { printf "%d %.3g\n", n, worst + 0; exit !(n == steps && worst <= 1e-12) }') && ok=1 || ok=0
+read -r compared worst <<<"$verdict"
+if ((ok)); then
+  echo "RESULT: the resumed runs reproduce the uninterrupted loss trajectory ($compared steps each, largest relative difference $worst, bound 1e-12)"
 else
-  echo "RESULT: loss trajectories differ" >&2
+  echo "RESULT: loss trajectories differ ($compared of $((STEPS - 6)) steps comparable, largest relative difference $worst, bound 1e-12)" >&2
   exit 1
 fi
