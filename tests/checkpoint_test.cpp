@@ -5,6 +5,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "dcp/dcp.h"
 #include "io/file.h"
 #include "testing/test_util.h"
@@ -131,6 +135,110 @@ TEST(CheckpointTest, CorruptRecordBytesAreReportedNotCrashed) {
     } catch (const c10::Error& e) {
       EXPECT_NE(std::string(e.what()).find("__0_0.distcp"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Error context, end to end (docs/design.md, Errors): storage adds the item, file and byte
+// range; the protocol adds the rank and the checkpoint, once; the exception keeps its type.
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(ErrorContextTest, AReadErrorNamesTheFileAndRangeAndTheRankOnce) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {64}, 1);
+  const Metadata md = save(sd, dir.sub("c"));
+  const StorageInfo& info = md.storage_data.begin()->second;
+  // Cut the file inside the record's data.
+  std::filesystem::resize_file(dir.sub("c") + "/" + info.relative_path, info.offset + info.length - 100);
+  StateDict dest = testing::blank_like(sd);
+  try {
+    load(dest, dir.sub("c"));
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what_without_backtrace();
+    const std::string range = "reading 'w' from '" + info.relative_path + "' [" +
+                              std::to_string(info.offset) + ", " +
+                              std::to_string(info.offset + info.length) + ")";
+    EXPECT_EQ(count(msg, range), 1u) << msg;
+    EXPECT_EQ(count(msg, "rank 0: loading checkpoint '" + dir.sub("c") + "'"), 1u) << msg;
+    EXPECT_EQ(count(msg, "rank 0"), 1u) << msg;
+  }
+}
+
+// A planner whose resolve_data raises a ValueError for one key.
+class RefusingPlanner : public DefaultSavePlanner {
+ public:
+  WritePayload resolve_data(const WriteItem& item) override {
+    TORCH_CHECK_VALUE(item.index.fqn != "bad", "refusing '", item.index.fqn, "'");
+    return DefaultSavePlanner::resolve_data(item);
+  }
+};
+
+TEST(ErrorContextTest, AWriteErrorKeepsItsTypeAndNamesTheFileAndOffset) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["a"] = at::ones({4});
+  sd["bad"] = at::ones({8});
+  SaveOptions options;
+  options.planner = std::make_shared<RefusingPlanner>();
+  try {
+    save(sd, dir.sub("c"), options);
+    FAIL() << "no error";
+  } catch (const c10::ValueError& e) {  // not flattened into a plain c10::Error
+    const std::string msg = e.what_without_backtrace();
+    EXPECT_EQ(count(msg, "refusing 'bad'"), 1u) << msg;
+    EXPECT_EQ(count(msg, "writing 'bad' to '__0_0.distcp' at byte "), 1u) << msg;
+    EXPECT_EQ(count(msg, "rank 0: saving checkpoint '" + dir.sub("c") + "'"), 1u) << msg;
+    EXPECT_EQ(count(msg, "rank 0"), 1u) << msg;
+  }
+}
+
+TEST(ErrorContextTest, PlannerErrorsKeepTheirTypeThroughLoad) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = at::ones({4});
+  save(sd, dir.sub("c"));
+  StateDict wrong_shape;
+  wrong_shape["w"] = at::ones({5});
+  EXPECT_THROW(load(wrong_shape, dir.sub("c")), c10::ValueError);
+  StateDict wrong_dtype;
+  wrong_dtype["w"] = at::ones({4}, at::kDouble);
+  EXPECT_THROW(load(wrong_dtype, dir.sub("c")), c10::TypeError);
+}
+
+TEST(ErrorContextTest, OnManyRanksEachRankNamesItselfOnceAndTheFailingRankOnce) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {64}, 1);
+  const Metadata md = save(sd, dir.sub("c"));
+  const StorageInfo& info = md.storage_data.begin()->second;
+  std::vector<std::string> messages(3);
+  run_in_process(3, [&](Communicator& comm) {
+    StateDict dest = testing::blank_like(sd);
+    // Rank 1 alone reads from a reader whose data file is missing.
+    FileSystemReader reader(comm.rank() == 1 ? dir.sub("c1") : dir.sub("c"));
+    if (comm.rank() == 1) {
+      std::filesystem::create_directories(dir.sub("c1"));
+      std::filesystem::copy_file(dir.sub("c") + "/.metadata", dir.sub("c1") + "/.metadata");
+    }
+    LoadOptions options;
+    options.comm = &comm;
+    try {
+      load(dest, reader, options);
+    } catch (const c10::Error& e) {
+      messages[comm.rank()] = e.what_without_backtrace();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    const std::string& msg = messages[r];
+    EXPECT_EQ(count(msg, "step 'read' failed on rank 1 of 3"), 1u) << msg;
+    EXPECT_EQ(count(msg, "rank " + std::to_string(r) + ": loading checkpoint"), 1u) << msg;
+    EXPECT_EQ(count(msg, "reading 'w' from '" + info.relative_path + "'"), 1u) << msg;
+    EXPECT_EQ(count(msg, ": rank "), 0u) << msg;  // never "rank 1: rank 1:"
   }
 }
 

@@ -306,8 +306,7 @@ TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
       [&](const std::string& name) {
         return std::make_shared<LoggingFile>(name, detail::read_file(dir.sub("ckpt/" + name)),
                                              &log);
-      },
-      0);
+      });
   EXPECT_TRUE(testing::describe_difference(Value(sd), Value(out)).empty());
 
   // The tensor data reads of each file (reads of a whole tensor's bytes), in the order made.
@@ -347,7 +346,7 @@ std::vector<IoEvent> load_logged(const std::string& dir, StateDict& out, uint64_
         return std::make_shared<LoggingFile>(name, detail::read_file(dir + "/" + name),
                                                      &log);
       },
-      0, options);
+      options);
   return log;
 }
 

@@ -68,7 +68,6 @@ class FileSystemWriter : public StorageWriter {
   FileSystemWriterOptions options_;
   std::string save_id_;
   bool is_coordinator_ = false;
-  int rank_ = 0;
 };
 
 struct FileSystemReaderOptions {
@@ -103,7 +102,6 @@ class FileSystemReader : public StorageReader {
   std::string path_;
   FileSystemReaderOptions options_;
   std::optional<Metadata> metadata_;
-  int rank_ = 0;
 };
 
 }  // namespace dcp

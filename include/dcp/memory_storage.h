@@ -62,7 +62,6 @@ class MemoryWriter : public StorageWriter {
   MemoryStorage& storage_;
   std::string checkpoint_id_;
   MemoryWriterOptions options_;
-  int rank_ = 0;
 };
 
 /// Reads a checkpoint from a MemoryStorage (not owned; it must outlive the reader).

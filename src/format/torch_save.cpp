@@ -24,6 +24,7 @@
 
 #include "format/dtypes.h"
 #include "format/pickle.h"
+#include "util/error_context.h"
 
 namespace dcp::detail {
 namespace {
@@ -180,23 +181,31 @@ class ArchiveReader {
  public:
   explicit ArchiveReader(const ArchiveSource& source) : source_(source) {
     std::string pkl;
-    try {
+    std::string order = "little";
+    zip([&] {
       reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
           std::make_shared<SourceAdapter>(source));
       if (reader_->hasRecord("byteorder")) {
         auto [ptr, n] = reader_->getRecord("byteorder");
-        std::string order(static_cast<const char*>(ptr.get()), n);
-        TORCH_CHECK(order == "little", "byte order '", order, "' is not supported");
+        order.assign(static_cast<const char*>(ptr.get()), n);
       }
       auto [ptr, n] = reader_->getRecord("data.pkl");
       pkl.assign(static_cast<const char*>(ptr.get()), n);
-    } catch (const c10::Error& e) {
-      fail("not a readable torch.save record: ", e.what_without_backtrace());
-    }
+    });
+    check(order == "little", "byte order '", order, "' is not supported");
     tree_.emplace(pickle::unpickle(std::move(pkl), source_.describe() + " data.pkl"));
   }
 
   ObjectPtr root() const { return tree_->root(); }
+
+  // LibTorch's zip reader (PyTorchStreamReader), the foreign error source of this file: its
+  // errors keep their type and gain which record was being read.
+  template <typename F>
+  void zip(F&& f) const {
+    with_context(std::forward<F>(f), [&] {
+      return "corrupt item " + source_.describe() + ": not a readable torch.save record";
+    });
+  }
 
   template <typename... Args>
   [[noreturn]] void fail(const Args&... args) const {
@@ -252,15 +261,17 @@ class ArchiveReader {
     r.strides = int_list(a[3], "stride");
     check(r.sizes.size() == r.strides.size(), "size and stride lengths differ");
     const std::string record = "data/" + std::string(s[2]->str());
-    try {
-      check(reader_->hasRecord(record), "missing record ", record);
-      const uint64_t record_size = reader_->getRecordSize(record);
-      check(record_size >= r.storage_bytes, "record ", record, " has ", record_size,
-            " bytes, storage needs ", r.storage_bytes);
+    bool has_record = false;
+    uint64_t record_size = 0;
+    zip([&] {
+      has_record = reader_->hasRecord(record);
+      if (!has_record) return;
+      record_size = reader_->getRecordSize(record);
       r.data_offset = reader_->getRecordOffset(record);
-    } catch (const c10::Error& e) {
-      fail(e.what_without_backtrace());
-    }
+    });
+    check(has_record, "missing record ", record);
+    check(record_size >= r.storage_bytes, "record ", record, " has ", record_size,
+          " bytes, storage needs ", r.storage_bytes);
     check(r.data_offset + r.storage_bytes <= source_.size(), "storage ", record,
           " extends past the item's end");
     // Every element the view can address must lie inside the storage.

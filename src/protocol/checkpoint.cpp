@@ -25,6 +25,7 @@
 #include "protocol/dist_wrapper.h"
 #include "format/metadata_codec.h"
 #include "storage_data.h"
+#include "util/error_context.h"
 #include "protocol/plan_codec.h"
 
 namespace dcp {
@@ -32,17 +33,6 @@ namespace {
 
 Communicator& communicator(Communicator* comm, bool no_dist, SingleProcessCommunicator& local) {
   return (comm != nullptr && !no_dist) ? *comm : local;
-}
-
-// Adds "rank r: <what>" to an error without changing its type.
-template <typename F>
-auto with_context(int rank, const std::string& what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (c10::Error& e) {
-    e.add_context(c10::str("rank ", rank, ": ", what));
-    throw;
-  }
 }
 
 void check_shared_storage(detail::DistWrapper& dist, StorageWriter& writer, int coordinator) {
@@ -69,12 +59,12 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
   const std::string what = "saving checkpoint '" + checkpoint_id.value_or("") + "'";
-  detail::DistWrapper dist(comm, options.coordinator_rank, what);
+  detail::DistWrapper dist(comm, options.coordinator_rank);
   const bool is_coordinator = dist.is_coordinator();
   std::shared_ptr<SavePlanner> planner =
       options.planner ? options.planner : std::make_shared<DefaultSavePlanner>();
 
-  return with_context(rank, what, [&] {
+  return detail::with_context([&] {
     if (checkpoint_id) writer.reset(checkpoint_id);
     const std::optional<StorageMeta> storage_meta = writer.storage_meta();
     if (dist.size() > 1) check_shared_storage(dist, writer, options.coordinator_rank);
@@ -119,7 +109,7 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
         });
     if (is_coordinator) return metadata;
     return detail::decode_metadata(committed.data(), committed.size(), "the committed metadata");
-  });
+  }, [&] { return c10::str("rank ", rank, ": ", what); });
 }
 
 Metadata save(const StateDict& state, const std::string& checkpoint_id,
@@ -134,13 +124,13 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
   const std::string what = "loading checkpoint '" + checkpoint_id.value_or("") + "'";
-  detail::DistWrapper dist(comm, options.coordinator_rank, what);
+  detail::DistWrapper dist(comm, options.coordinator_rank);
   const bool is_coordinator = dist.is_coordinator();
   std::shared_ptr<LoadPlanner> planner =
       options.planner ? options.planner
                       : std::make_shared<DefaultLoadPlanner>(options.planner_options);
 
-  with_context(rank, what, [&] {
+  detail::with_context([&] {
     if (checkpoint_id) reader.reset(checkpoint_id);
     Metadata metadata;
     if (dist.size() == 1) {
@@ -177,7 +167,7 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
       reader.read_data(central_plan, *planner).get();
       return std::string();
     });
-  });
+  }, [&] { return c10::str("rank ", rank, ": ", what); });
 }
 
 void load(StateDict& state, const std::string& checkpoint_id, const LoadOptions& options) {

@@ -55,8 +55,8 @@ std::string payload(const std::string& outcome) {
 
 }  // namespace
 
-DistWrapper::DistWrapper(Communicator& comm, int coordinator, std::string what)
-    : comm_(comm), coordinator_(coordinator), what_(std::move(what)) {
+DistWrapper::DistWrapper(Communicator& comm, int coordinator)
+    : comm_(comm), coordinator_(coordinator) {
   TORCH_CHECK(coordinator >= 0 && coordinator < comm.size(), "coordinator rank ", coordinator,
               " is outside the world of ", comm.size(), " ranks");
 }
@@ -83,7 +83,7 @@ std::string DistWrapper::combine_failures(const std::string& step,
   if (failed.empty()) return "";
   std::string ranks;
   for (size_t i = 0; i < failed.size(); ++i) ranks += (i ? ", " : "") + std::to_string(failed[i]);
-  std::string message = what_ + ": step '" + step + "' failed on rank" +
+  std::string message = "step '" + step + "' failed on rank" +
                         (failed.size() > 1 ? "s " : " ") + ranks + " of " +
                         std::to_string(outcomes.size());
   uint8_t type = 0;

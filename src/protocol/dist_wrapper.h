@@ -16,8 +16,9 @@ namespace dcp::detail {
 
 class DistWrapper {
  public:
-  /// `what` prefixes errors ("saving checkpoint '/ckpt'").
-  DistWrapper(Communicator& comm, int coordinator, std::string what);
+  /// The error a step raises names the step and the failing ranks, with each failing rank's
+  /// message; the caller adds which save or load it was (with_context).
+  DistWrapper(Communicator& comm, int coordinator);
 
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
@@ -47,7 +48,6 @@ class DistWrapper {
 
   Communicator& comm_;
   int coordinator_;
-  std::string what_;
 };
 
 }  // namespace dcp::detail

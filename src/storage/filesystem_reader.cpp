@@ -76,7 +76,6 @@ Metadata FileSystemReader::read_metadata() {
 void FileSystemReader::set_up_storage_reader(const Metadata& metadata, bool is_coordinator,
                                              int rank) {
   metadata_ = metadata;
-  rank_ = rank;
 }
 
 LoadPlan FileSystemReader::prepare_local_plan(LoadPlan plan) { return plan; }
@@ -94,7 +93,6 @@ std::future<void> FileSystemReader::read_data(const LoadPlan& plan, LoadPlanner&
         [this](const std::string& relative) {
           return std::make_shared<PosixInputFile>(path_, relative);
         },
-        rank_,
         detail::ReadOptions{options_.thread_count, options_.ranged_reads, options_.prefetch_bytes});
     promise.set_value();
   } catch (...) {

@@ -80,15 +80,13 @@ void FileSystemWriter::reset(const std::optional<std::string>& checkpoint_id) {
 
 void FileSystemWriter::set_up_storage_writer(bool is_coordinator, int rank) {
   is_coordinator_ = is_coordinator;
-  rank_ = rank;
 }
 
 SavePlan FileSystemWriter::prepare_local_plan(SavePlan plan) {
   TORCH_CHECK(!path_.empty(), "FileSystemWriter: no checkpoint path (pass a checkpoint_id)");
   detail::create_directories(path_);
   const std::string metadata = detail::join_path(path_, detail::paths::metadata_file());
-  TORCH_CHECK(options_.overwrite || !detail::path_exists(metadata), "rank ", rank_,
-              ": checkpoint '", path_, "' already exists and overwrite is false");
+  TORCH_CHECK(options_.overwrite || !detail::path_exists(metadata), "checkpoint '", path_, "' already exists and overwrite is false");
   return plan;
 }
 
@@ -120,13 +118,13 @@ std::future<std::vector<WriteResult>> FileSystemWriter::write_data(const SavePla
           // So the file's expected size is allocated first and trimmed to what was written.
           const bool preallocated = file->preallocate(expected_bytes(bucket));
           detail::DirectFileOutput out(*file);
-          results = detail::write_bucket(bucket, planner, out, rank_);
+          results = detail::write_bucket(bucket, planner, out);
           out.finish();
           if (preallocated) file->truncate(out.position());
         } else {
           file = detail::File::open(file_path, flags);
           detail::BufferedFileOutput out(*file);
-          results = detail::write_bucket(bucket, planner, out, rank_);
+          results = detail::write_bucket(bucket, planner, out);
           out.finish();
         }
         if (options_.sync_files) file->sync();

@@ -81,7 +81,7 @@ void MemoryWriter::reset(const std::optional<std::string>& checkpoint_id) {
   if (checkpoint_id) checkpoint_id_ = *checkpoint_id;
 }
 
-void MemoryWriter::set_up_storage_writer(bool is_coordinator, int rank) { rank_ = rank; }
+void MemoryWriter::set_up_storage_writer(bool is_coordinator, int rank) {}
 
 SavePlan MemoryWriter::prepare_local_plan(SavePlan plan) { return plan; }
 
@@ -99,7 +99,7 @@ std::future<std::vector<WriteResult>> MemoryWriter::write_data(const SavePlan& p
   return detail::write_files(plan, options_.single_file_per_rank, options_.thread_count,
                              [&](const detail::FileBucket& bucket) {
                                StringOutput out;
-                               auto results = detail::write_bucket(bucket, planner, out, rank_);
+                               auto results = detail::write_bucket(bucket, planner, out);
                                storage_.put(checkpoint_id_, bucket.relative_path,
                                             std::move(out.bytes));
                                return results;
@@ -156,8 +156,7 @@ std::future<void> MemoryReader::read_data(const LoadPlan& plan, LoadPlanner& pla
           TORCH_CHECK(bytes.has_value(), "data file '", relative, "' of checkpoint '",
                       checkpoint_id_, "' is missing");
           return std::make_shared<StringInputFile>(relative, *bytes);
-        },
-        0);
+        });
     promise.set_value();
   } catch (...) {
     promise.set_exception(std::current_exception());

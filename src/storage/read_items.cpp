@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "format/torch_save.h"
+#include "util/error_context.h"
 #include "util/parallel.h"
 
 namespace dcp::detail {
@@ -88,10 +89,49 @@ void read_box(const ArchiveSource& source, const TensorRecord& record, const Rea
   dest.copy_(span.as_strided(item.lengths, record.strides, 0));
 }
 
+// Reads one record for all of its reads: byte items to load_bytes, tensor boxes into
+// resolve_tensor's destinations.
+void read_record(const ArchiveSource& source, const std::vector<const ReadItem*>& items,
+                 LoadPlanner& planner, bool ranged_reads) {
+  if (items.front()->type == LoadItemType::BYTE_IO) {
+    Value value = read_value_archive(source);
+    for (const ReadItem* item : items) planner.load_bytes(*item, value);
+    return;
+  }
+  if (!ranged_reads) {  // the simple path: the whole saved chunk, then copies
+    const at::Tensor saved = read_tensor_archive(source);
+    for (const ReadItem* item : items) {
+      at::Tensor src = narrow_box(saved, item->storage_offsets, item->lengths);
+      at::Tensor dest = planner.resolve_tensor(*item);
+      TORCH_CHECK(dest.sizes() == src.sizes(), "destination box ", dest.sizes(),
+                  " does not match the saved box ", src.sizes());
+      dest.copy_(src);
+      planner.commit_tensor(*item, dest);
+    }
+    return;
+  }
+  const TensorRecord record = read_tensor_record(source);
+  for (const ReadItem* item : items) {
+    at::Tensor dest = planner.resolve_tensor(*item);
+    TORCH_CHECK(dest.sizes() == c10::IntArrayRef(item->lengths), "destination box ",
+                dest.sizes(), " does not match the saved box ",
+                c10::IntArrayRef(item->lengths));
+    TORCH_CHECK(item->storage_offsets.size() == record.sizes.size(), "the saved record has ",
+                record.sizes.size(), " dimensions, the read ", item->storage_offsets.size());
+    for (size_t d = 0; d < record.sizes.size(); ++d) {
+      TORCH_CHECK(item->storage_offsets[d] + item->lengths[d] <= record.sizes[d],
+                  "the read box leaves the saved chunk of shape ",
+                  c10::IntArrayRef(record.sizes));
+    }
+    read_box(source, record, *item, dest);
+    planner.commit_tensor(*item, dest);
+  }
+}
+
 }  // namespace
 
 void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
-                const FileOpener& open, int rank, const ReadOptions& options) {
+                const FileOpener& open, const ReadOptions& options) {
   const std::vector<RecordRead> schedule = schedule_reads(plan, metadata, options);
 
   std::mutex files_mu;
@@ -122,53 +162,21 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
   run_parallel(schedule.size(), options.thread_count, [&](size_t w) {
     const RecordRead& record = schedule[w];
     announce_through(record.announce_end);
-    const auto& items = record.items;
-    const MetadataIndex& index = items.front()->storage_index;
+    const MetadataIndex& index = record.items.front()->storage_index;
     const StorageInfo& info = *record.info;
-    TORCH_CHECK_NOT_IMPLEMENTED(info.transform_descriptors.empty(), "rank ", rank, ": '",
-                                index.fqn, "' is stored with transforms (",
-                                info.transform_descriptors.front(),
-                                "), which dcp does not read yet");
-    try {
-      ItemSource source(file(info.relative_path), info);
-      if (items.front()->type == LoadItemType::BYTE_IO) {
-        Value value = read_value_archive(source);
-        for (const ReadItem* item : items) planner.load_bytes(*item, value);
-        return;
-      }
-      if (!options.ranged_reads) {  // the simple path: the whole saved chunk, then copies
-        const at::Tensor saved = read_tensor_archive(source);
-        for (const ReadItem* item : items) {
-          at::Tensor src = narrow_box(saved, item->storage_offsets, item->lengths);
-          at::Tensor dest = planner.resolve_tensor(*item);
-          TORCH_CHECK(dest.sizes() == src.sizes(), "destination box ", dest.sizes(),
-                      " does not match the saved box ", src.sizes());
-          dest.copy_(src);
-          planner.commit_tensor(*item, dest);
-        }
-        return;
-      }
-      const TensorRecord record = read_tensor_record(source);
-      for (const ReadItem* item : items) {
-        at::Tensor dest = planner.resolve_tensor(*item);
-        TORCH_CHECK(dest.sizes() == c10::IntArrayRef(item->lengths), "destination box ",
-                    dest.sizes(), " does not match the saved box ",
-                    c10::IntArrayRef(item->lengths));
-        TORCH_CHECK(item->storage_offsets.size() == record.sizes.size(), "the saved record has ",
-                    record.sizes.size(), " dimensions, the read ", item->storage_offsets.size());
-        for (size_t d = 0; d < record.sizes.size(); ++d) {
-          TORCH_CHECK(item->storage_offsets[d] + item->lengths[d] <= record.sizes[d],
-                      "the read box leaves the saved chunk of shape ",
-                      c10::IntArrayRef(record.sizes));
-        }
-        read_box(source, record, *item, dest);
-        planner.commit_tensor(*item, dest);
-      }
-    } catch (const c10::Error& e) {
-      TORCH_CHECK(false, "rank ", rank, ": reading '", index.fqn, "' from '",
-                  info.relative_path, "' [", info.offset, ", ", info.offset + info.length,
-                  "): ", e.what_without_backtrace());
-    }
+    with_context(
+        [&] {
+          TORCH_CHECK_NOT_IMPLEMENTED(info.transform_descriptors.empty(),
+                                      "stored with transforms (",
+                                      info.transform_descriptors.front(),
+                                      "), which dcp does not read yet");
+          read_record(ItemSource(file(info.relative_path), info), record.items, planner,
+                      options.ranged_reads);
+        },
+        [&] {
+          return c10::str("reading '", index.fqn, "' from '", info.relative_path, "' [",
+                          info.offset, ", ", info.offset + info.length, ")");
+        });
   });
 }
 

@@ -30,9 +30,9 @@ class InputFile {
 using FileOpener = std::function<std::shared_ptr<const InputFile>(const std::string& relative)>;
 
 /// Executes a load plan: for every saved item the plan touches, hands the pieces to the planner
-/// (load_bytes, or resolve_tensor + copy + commit_tensor). Errors name the rank, the item, the
-/// file and the record's range.
+/// (load_bytes, or resolve_tensor + copy + commit_tensor). Errors keep their type and gain the
+/// item, the file and the record's byte range as context.
 void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
-                const FileOpener& open, int rank, const ReadOptions& options = {});
+                const FileOpener& open, const ReadOptions& options = {});
 
 }  // namespace dcp::detail

@@ -13,6 +13,7 @@
 
 #include "format/torch_save.h"
 #include "storage/paths.h"
+#include "util/error_context.h"
 #include "util/parallel.h"
 
 namespace dcp::detail {
@@ -55,25 +56,26 @@ std::vector<FileBucket> assign_files(const SavePlan& plan, bool single_file_per_
 }
 
 std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& planner,
-                                      OutputStream& out, int rank) {
+                                      OutputStream& out) {
   std::vector<WriteResult> results;
   results.reserve(bucket.items.size());
   const ByteSink sink = [&out](const void* data, size_t n) { out.write(data, n); };
   for (const WriteItem* item : bucket.items) {
     const uint64_t start = out.position();
-    uint64_t length = 0;
-    try {
-      WritePayload payload = planner.resolve_data(*item);
-      if (auto* tensor = std::get_if<at::Tensor>(&payload)) {
-        TORCH_CHECK(item->type != WriteItemType::BYTE_IO, "planner resolved a byte item to a tensor");
-        length = write_tensor_archive(tensor->detach().cpu(), sink);
-      } else {
-        length = write_value_archive(std::get<Value>(payload), sink);
-      }
-    } catch (const c10::Error& e) {
-      TORCH_CHECK(false, "rank ", rank, ": writing '", item->index.fqn, "' to '",
-                  bucket.relative_path, "' at byte ", start, ": ", e.what_without_backtrace());
-    }
+    const uint64_t length = with_context(
+        [&] {
+          WritePayload payload = planner.resolve_data(*item);
+          if (auto* tensor = std::get_if<at::Tensor>(&payload)) {
+            TORCH_CHECK(item->type != WriteItemType::BYTE_IO,
+                        "planner resolved a byte item to a tensor");
+            return write_tensor_archive(tensor->detach().cpu(), sink);
+          }
+          return write_value_archive(std::get<Value>(payload), sink);
+        },
+        [&] {
+          return c10::str("writing '", item->index.fqn, "' to '", bucket.relative_path,
+                          "' at byte ", start);
+        });
     WriteResult r;
     r.index = item->index;
     r.size_in_bytes = static_cast<int64_t>(length);

@@ -34,10 +34,10 @@ class OutputStream {
   virtual uint64_t position() const = 0;
 };
 
-/// Resolves each item through the planner and appends its record. Errors name the item, the
-/// file and the rank.
+/// Resolves each item through the planner and appends its record. Errors keep their type and
+/// gain the item, the file and the byte offset as context.
 std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& planner,
-                                      OutputStream& out, int rank);
+                                      OutputStream& out);
 
 /// Writes each bucket of `plan` with `write_file` (one call per file, on up to `thread_count`
 /// threads) and returns all results, in bucket order, as a ready future (or its failure).
