@@ -14,16 +14,13 @@ namespace {
 
 class SlowWriter : public dcp::StorageWriterWrapper {
  public:
-  explicit SlowWriter(std::unique_ptr<dcp::StorageWriter> target)
-      : StorageWriterWrapper(*target), owned_(std::move(target)) {}
+  explicit SlowWriter(std::shared_ptr<dcp::StorageWriter> target)
+      : StorageWriterWrapper(std::move(target)) {}
   std::future<std::vector<dcp::WriteResult>> write_data(const dcp::SavePlan& plan,
                                                         dcp::SavePlanner& planner) override {
     std::this_thread::sleep_for(std::chrono::seconds(3));
     return StorageWriterWrapper::write_data(plan, planner);
   }
-
- private:
-  std::unique_ptr<dcp::StorageWriter> owned_;
 };
 
 }  // namespace

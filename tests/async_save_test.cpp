@@ -91,8 +91,7 @@ TEST(AsyncSaveTest, AFailureOnOneRankReachesEveryHandleAndTheNextSaveWorks) {
     StateDict sd = testing::sharded_state(comm.rank(), 3, testing::Layout::kRow, false);
     auto real = std::make_shared<MemoryWriter>(storage, "bad");
     auto faulty = std::make_shared<testing::FaultInjectionWriter>(
-        *real, comm.rank() == 1 ? testing::FaultPoint::kWriteData : testing::FaultPoint::kNone);
-    // The wrapper borrows `real`, which outlives the save: get() returns before it goes away.
+        real, comm.rank() == 1 ? testing::FaultPoint::kWriteData : testing::FaultPoint::kNone);
     AsyncSaveFuture failed = async_save(sd, faulty, options);
     try {
       failed.get();

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -240,6 +241,74 @@ TEST(ErrorContextTest, OnManyRanksEachRankNamesItselfOnceAndTheFailingRankOnce) 
     EXPECT_EQ(count(msg, "reading 'w' from '" + info.relative_path + "'"), 1u) << msg;
     EXPECT_EQ(count(msg, ": rank "), 0u) << msg;  // never "rank 1: rank 1:"
   }
+}
+
+// Python's protected hooks: subclasses change what is written (transform_object) and where
+// reads land (lookup_tensor, transform_tensor).
+class DoublingSavePlanner : public DefaultSavePlanner {
+ protected:
+  WritePayload transform_object(const WriteItem& item, WritePayload object) override {
+    if (auto* t = std::get_if<at::Tensor>(&object)) return *t * 2;
+    return object;
+  }
+};
+
+class RedirectingLoadPlanner : public DefaultLoadPlanner {
+ public:
+  explicit RedirectingLoadPlanner(at::Tensor target) : target_(std::move(target)) {}
+  std::atomic<int> transforms{0};
+
+ protected:
+  at::Tensor lookup_tensor(const MetadataIndex& index) const override {
+    return index.fqn == "w" ? target_ : DefaultLoadPlanner::lookup_tensor(index);
+  }
+  at::Tensor transform_tensor(const ReadItem& item, const at::Tensor& tensor) override {
+    ++transforms;
+    return DefaultLoadPlanner::transform_tensor(item, tensor);
+  }
+
+ private:
+  at::Tensor target_;
+};
+
+TEST(PlannerHooksTest, SubclassesTransformWhatIsWrittenAndRedirectWhatIsRead) {
+  MemoryStorage storage;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {4, 3}, 1);
+  sd["b"] = testing::make_tensor(at::kFloat, {3}, 2);
+  sd["step"] = int64_t{5};
+  MemoryWriter writer(storage, "c");
+  SaveOptions save_options;
+  save_options.planner = std::make_shared<DoublingSavePlanner>();
+  save(sd, writer, save_options);
+
+  StateDict dest = testing::blank_like(sd);
+  const at::Tensor elsewhere = at::zeros({4, 3});
+  auto planner = std::make_shared<RedirectingLoadPlanner>(elsewhere);
+  LoadOptions load_options;
+  load_options.planner = planner;
+  MemoryReader reader(storage, "c");
+  load(dest, reader, load_options);
+  EXPECT_TRUE(at::equal(elsewhere, sd["w"].tensor() * 2));
+  EXPECT_TRUE(at::equal(dest["w"].tensor(), at::zeros({4, 3})));  // redirected, untouched
+  EXPECT_TRUE(at::equal(dest["b"].tensor(), sd["b"].tensor() * 2));
+  EXPECT_EQ(dest["step"].get<int64_t>(), 5);
+  EXPECT_EQ(planner->transforms.load(), 2);
+}
+
+TEST(AsyncSaveOptionsTest, AreSaveOptionsPlusAStager) {
+  AsyncSaveOptions options;
+  SaveOptions& base = options;  // every dcp::save option is an async_save option
+  base.coordinator_rank = 0;
+  base.planner = std::make_shared<DoublingSavePlanner>();
+  MemoryStorage storage;
+  StateDict sd;
+  sd["w"] = at::ones({3});
+  async_save(sd, std::make_shared<MemoryWriter>(storage, "c"), options).get();
+  StateDict dest = testing::blank_like(sd);
+  MemoryReader reader(storage, "c");
+  load(dest, reader);
+  EXPECT_TRUE(at::equal(dest["w"].tensor(), at::full({3}, 2.0f)));  // the planner was used
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ TEST(DistributedSaveTest, AFailureOnOneRankRaisesOnEveryRankAndKeepsTheLastCheck
   std::vector<std::string> messages(4);
   run_in_process(4, [&](Communicator& comm) {
     StateDict sd = testing::sharded_state(comm.rank(), 4, Layout::kRow, false);
-    MemoryWriter real(storage, "ckpt");
+    auto real = std::make_shared<MemoryWriter>(storage, "ckpt");
     testing::FaultInjectionWriter faulty(
         real, comm.rank() == 2 ? testing::FaultPoint::kWriteData : testing::FaultPoint::kNone);
     SaveOptions options;
@@ -178,7 +178,7 @@ TEST(DistributedSaveTest, AFailedSaveElsewhereLeavesTheEarlierCheckpointLoadable
     SaveOptions options;
     options.comm = &comm;
     save(sd, dir.sub("step_1"), options);
-    FileSystemWriter real(dir.sub("step_2"));
+    auto real = std::make_shared<FileSystemWriter>(dir.sub("step_2"));
     testing::FaultInjectionWriter faulty(
         real, comm.rank() == 1 ? testing::FaultPoint::kWriteData : testing::FaultPoint::kNone);
     EXPECT_THROW(save(sd, faulty, options), c10::Error);

@@ -215,8 +215,8 @@ TEST_P(StorageConformanceTest, FailedSaveLeavesNoMetadataAndOtherCheckpointsInta
   const StateDict sd = testing::reference_state_dict();
   save_to("good", sd);
   for (FaultPoint point : {FaultPoint::kWriteData, FaultPoint::kFinish}) {
-    auto real = backend_->writer("bad", 1, true);
-    FaultInjectionWriter faulty(*real, point);
+    std::shared_ptr<StorageWriter> real = backend_->writer("bad", 1, true);
+    FaultInjectionWriter faulty(real, point);
     EXPECT_THROW(save(sd, faulty), c10::Error);
     const auto files = backend_->files("bad");
     EXPECT_EQ(std::count(files.begin(), files.end(), ".metadata"), 0);
@@ -243,8 +243,8 @@ TEST_P(StorageConformanceTest, FailedResaveInPlaceLeavesNoCheckpointRatherThanAC
   StateDict bigger;
   bigger["w"] = testing::make_tensor(at::kFloat, {16}, 2);
   bigger["extra"] = testing::make_tensor(at::kFloat, {1000}, 3);
-  auto real = backend_->writer("ckpt", 1, true);
-  FaultInjectionWriter faulty(*real, FaultPoint::kFinish);
+  std::shared_ptr<StorageWriter> real = backend_->writer("ckpt", 1, true);
+  FaultInjectionWriter faulty(real, FaultPoint::kFinish);
   EXPECT_THROW(save(bigger, faulty), c10::Error);
   const auto files = backend_->files("ckpt");
   EXPECT_EQ(std::count(files.begin(), files.end(), ".metadata"), 0);

@@ -25,17 +25,11 @@
 // Thread-safety: call async_save from one thread per rank (the training loop).
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <future>
-#include <map>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "dcp/checkpoint.h"
 #include "dcp/storage.h"
@@ -71,30 +65,8 @@ class DefaultStager {
 
  private:
   friend struct AsyncSaveAccess;
-  struct Slot;
-  struct Task;
-
-  std::shared_future<Metadata> submit(const StateDict& state,
-                                      std::shared_ptr<StorageWriter> writer,
-                                      const SaveOptions& options,
-                                      const std::optional<std::string>& checkpoint_id,
-                                      std::chrono::steady_clock::time_point started,
-                                      std::shared_ptr<double> save_seconds);
-  Value stage(const Value& value, Slot& slot, const std::string& path);
-  at::Tensor stage_tensor(const at::Tensor& src, Slot& slot, const std::string& key);
-  Communicator* background_comm(Communicator* user_comm);
-  void run_worker();
-
-  StagingOptions options_;
-  mutable std::mutex mu_;                 // guards everything below
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  std::deque<std::unique_ptr<Task>> queue_;
-  bool stopping_ = false;
-  StagingStats stats_;
-  Communicator* user_comm_ = nullptr;     // the communicator background_ duplicates
-  std::unique_ptr<Communicator> background_;
-  std::thread worker_;                    // started last
+  struct Impl;  // the slots, the queue and the worker thread (async_save.cpp)
+  std::unique_ptr<Impl> impl_;
 };
 
 /// The handle of one asynchronous save.
@@ -121,13 +93,10 @@ class AsyncSaveFuture {
   std::shared_ptr<const double> save_seconds_;  // written by the worker before the future is ready
 };
 
-struct AsyncSaveOptions {
-  /// Planner, communicator (borrowed; the background work runs on its duplicate) and
-  /// coordinator, as for dcp::save.
-  std::shared_ptr<SavePlanner> planner;
-  Communicator* comm = nullptr;
-  bool no_dist = false;
-  int coordinator_rank = 0;
+/// dcp::save's options (the planner is kept until the background save ends; the communicator
+/// is borrowed for the call only, since the background work runs on its duplicate), plus the
+/// stager.
+struct AsyncSaveOptions : SaveOptions {
   /// Staging buffers and worker, shared across saves; nullptr: a fresh stager for this save.
   std::shared_ptr<DefaultStager> stager;
 };

@@ -3,6 +3,11 @@
 //
 // Every rank of the communicator calls save (or load) with its own state dict; they return on
 // every rank with the same outcome. Not thread-safe with respect to one communicator.
+//
+// Ownership, the same throughout dcp: what a call only uses while it runs is borrowed (the
+// writer or reader passed by reference, the Communicator* in the options); what may be kept
+// after the call returns is shared (std::shared_ptr: planners, which an async save keeps until
+// it ends; async_save's writer; a storage wrapper's target; a stager).
 #pragma once
 
 #include <memory>
@@ -18,7 +23,7 @@
 namespace dcp {
 
 struct SaveOptions {
-  /// Planner; nullptr means a DefaultSavePlanner.
+  /// Planner (shared: an async save keeps it); nullptr means a DefaultSavePlanner.
   std::shared_ptr<SavePlanner> planner;
   /// The ranks taking part (borrowed; must outlive the call). nullptr: this process alone.
   Communicator* comm = nullptr;
@@ -29,7 +34,8 @@ struct SaveOptions {
 };
 
 struct LoadOptions {
-  /// Planner; nullptr means a DefaultLoadPlanner with `planner_options`.
+  /// Planner (shared, as in SaveOptions); nullptr means a DefaultLoadPlanner with
+  /// `planner_options`.
   std::shared_ptr<LoadPlanner> planner;
   /// Options of the default planner (ignored when `planner` is set).
   DefaultLoadPlannerOptions planner_options;

@@ -139,7 +139,16 @@ class DefaultSavePlanner : public SavePlanner {
   std::pair<std::vector<SavePlan>, Metadata> create_global_plan(
       std::vector<SavePlan> plans) override;
   SavePlan finish_plan(SavePlan central_plan) override;
+  /// transform_object(item, lookup_object(item.index)), as in Python.
   WritePayload resolve_data(const WriteItem& item) override;
+
+ protected:
+  /// Hooks for subclasses, with Python's names. Called from IO threads, concurrently.
+  /// The object an index names in this rank's state dict: a local shard or tensor (CPU or
+  /// device), or a non-tensor value. Throws when the state dict has no such object.
+  virtual WritePayload lookup_object(const MetadataIndex& index) const;
+  /// What is written for `item`: by default `object` itself (storage serializes values).
+  virtual WritePayload transform_object(const WriteItem& item, WritePayload object);
 
  private:
   DefaultSavePlannerOptions options_;
@@ -169,8 +178,17 @@ class DefaultLoadPlanner : public LoadPlanner {
   std::vector<LoadPlan> create_global_plan(std::vector<LoadPlan> plans) override;
   LoadPlan finish_plan(LoadPlan central_plan) override;
   void load_bytes(const ReadItem& item, Value value) override;
+  /// transform_tensor(item, lookup_tensor(item.dest_index)), as in Python.
   at::Tensor resolve_tensor(const ReadItem& item) override;
   void commit_tensor(const ReadItem& item, const at::Tensor& tensor) override;
+
+ protected:
+  /// Hooks for subclasses, with Python's names. Called from IO threads, concurrently.
+  /// The destination tensor (or local shard) an index names. Throws when there is none.
+  virtual at::Tensor lookup_tensor(const MetadataIndex& index) const;
+  /// The view of `tensor` that `item` fills: by default its box at item.dest_offsets with
+  /// item.lengths (Python's narrow_tensor_by_index).
+  virtual at::Tensor transform_tensor(const ReadItem& item, const at::Tensor& tensor);
 
  private:
   DefaultLoadPlannerOptions options_;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,10 +88,12 @@ class StorageReader {
   virtual std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner) = 0;
 };
 
-/// Forwards every call to a wrapped writer (not owned; it must outlive the wrapper).
+/// Forwards every call to a wrapped writer, which it shares: a wrapper can be handed to
+/// async_save, whose background save keeps it (and so its target) alive.
 class StorageWriterWrapper : public StorageWriter {
  public:
-  explicit StorageWriterWrapper(StorageWriter& target) : target_(target) {}
+  /// REQUIRES: target != nullptr.
+  explicit StorageWriterWrapper(std::shared_ptr<StorageWriter> target);
 
   // StorageWriter:
   void reset(const std::optional<std::string>& checkpoint_id) override;
@@ -108,16 +111,17 @@ class StorageWriterWrapper : public StorageWriter {
   std::string visibility_probe_advice() override;
 
  protected:
-  StorageWriter& target() { return target_; }
+  StorageWriter& target() { return *target_; }
 
  private:
-  StorageWriter& target_;
+  std::shared_ptr<StorageWriter> target_;
 };
 
-/// Forwards every call to a wrapped reader (not owned; it must outlive the wrapper).
+/// Forwards every call to a wrapped reader, which it shares.
 class StorageReaderWrapper : public StorageReader {
  public:
-  explicit StorageReaderWrapper(StorageReader& target) : target_(target) {}
+  /// REQUIRES: target != nullptr.
+  explicit StorageReaderWrapper(std::shared_ptr<StorageReader> target);
 
   // StorageReader:
   void reset(const std::optional<std::string>& checkpoint_id) override;
@@ -128,10 +132,10 @@ class StorageReaderWrapper : public StorageReader {
   std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner) override;
 
  protected:
-  StorageReader& target() { return target_; }
+  StorageReader& target() { return *target_; }
 
  private:
-  StorageReader& target_;
+  std::shared_ptr<StorageReader> target_;
 };
 
 }  // namespace dcp

@@ -188,19 +188,27 @@ std::pair<std::vector<SavePlan>, Metadata> DefaultSavePlanner::create_global_pla
 SavePlan DefaultSavePlanner::finish_plan(SavePlan central_plan) { return central_plan; }
 
 WritePayload DefaultSavePlanner::resolve_data(const WriteItem& item) {
-  auto it = by_fqn_.find(item.index.fqn);
-  TORCH_CHECK(it != by_fqn_.end(), "the plan names '", item.index.fqn,
+  return transform_object(item, lookup_object(item.index));
+}
+
+WritePayload DefaultSavePlanner::lookup_object(const MetadataIndex& index) const {
+  auto it = by_fqn_.find(index.fqn);
+  TORCH_CHECK(it != by_fqn_.end(), "the plan names '", index.fqn,
               "', which this rank's state dict lacks");
   const Value& value = flat_.items[it->second].second;
-  if (item.type == WriteItemType::BYTE_IO) return value;
   if (value.is_sharded_tensor()) {
     for (const Shard& shard : value.get<ShardedTensor>().local_shards()) {
-      if (item.index.offset && shard.offsets == *item.index.offset) return shard.tensor;
+      if (index.offset && shard.offsets == *index.offset) return shard.tensor;
     }
-    TORCH_CHECK(false, "the plan names a shard of '", item.index.fqn,
+    TORCH_CHECK(false, "the plan names a shard of '", index.fqn,
                 "' that this rank does not hold");
   }
-  return value.tensor();
+  if (value.is_tensor()) return value.tensor();
+  return value;
+}
+
+WritePayload DefaultSavePlanner::transform_object(const WriteItem& item, WritePayload object) {
+  return object;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -297,19 +305,25 @@ void DefaultLoadPlanner::load_bytes(const ReadItem& item, Value value) {
 }
 
 at::Tensor DefaultLoadPlanner::resolve_tensor(const ReadItem& item) {
-  auto it = by_fqn_.find(item.dest_index.fqn);
-  TORCH_CHECK(it != by_fqn_.end(), "no destination for '", item.dest_index.fqn, "'");
+  return transform_tensor(item, lookup_tensor(item.dest_index));
+}
+
+at::Tensor DefaultLoadPlanner::lookup_tensor(const MetadataIndex& index) const {
+  auto it = by_fqn_.find(index.fqn);
+  TORCH_CHECK(it != by_fqn_.end(), "no destination for '", index.fqn, "'");
   const Value& value = flat_.items[it->second].second;
-  at::Tensor t;
   if (value.is_sharded_tensor()) {
     const auto& shards = value.get<ShardedTensor>().local_shards();
-    const int64_t i = item.dest_index.index.value_or(-1);
+    const int64_t i = index.index.value_or(-1);
     TORCH_CHECK(i >= 0 && i < static_cast<int64_t>(shards.size()), "no local shard ", i,
-                " of '", item.dest_index.fqn, "'");
-    t = shards[i].tensor.detach();
-  } else {
-    t = value.tensor().detach();
+                " of '", index.fqn, "'");
+    return shards[i].tensor.detach();
   }
+  return value.tensor().detach();
+}
+
+at::Tensor DefaultLoadPlanner::transform_tensor(const ReadItem& item, const at::Tensor& tensor) {
+  at::Tensor t = tensor;
   for (size_t d = 0; d < item.dest_offsets.size(); ++d) {
     t = t.narrow(static_cast<int64_t>(d), item.dest_offsets[d], item.lengths[d]);
   }

@@ -23,17 +23,26 @@
 #include <c10/util/Logging.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "dcp/filesystem.h"
 
 namespace dcp {
 
-struct DefaultStager::Slot {
+namespace {
+
+struct Slot {
   bool busy = false;
   std::map<std::string, at::Tensor> buffers;  // key path -> staging buffer
 };
 
-struct DefaultStager::Task {
+struct Task {
   StateDict staged;
   std::shared_ptr<StorageWriter> writer;
   SaveOptions options;
@@ -44,6 +53,37 @@ struct DefaultStager::Task {
   std::shared_ptr<double> save_seconds;
 };
 
+}  // namespace
+
+// Everything a DefaultStager owns. Thread-safety: submit and stats from the caller's thread,
+// run_worker on the worker thread; mu_ guards the shared state below it.
+struct DefaultStager::Impl {
+  explicit Impl(StagingOptions options);
+  ~Impl();
+
+  std::shared_future<Metadata> submit(const StateDict& state,
+                                      std::shared_ptr<StorageWriter> writer,
+                                      const SaveOptions& options,
+                                      const std::optional<std::string>& checkpoint_id,
+                                      std::chrono::steady_clock::time_point started,
+                                      std::shared_ptr<double> save_seconds);
+  Value stage(const Value& value, Slot& slot, const std::string& path);
+  at::Tensor stage_tensor(const at::Tensor& src, Slot& slot, const std::string& key);
+  Communicator* background_comm(Communicator* user_comm);
+  void run_worker();
+
+  const StagingOptions options_;
+  mutable std::mutex mu_;                 // guards everything below
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::deque<std::unique_ptr<Task>> queue_;
+  bool stopping_ = false;
+  StagingStats stats_;
+  Communicator* user_comm_ = nullptr;     // the communicator background_ duplicates
+  std::unique_ptr<Communicator> background_;
+  std::thread worker_;                    // started last
+};
+
 struct AsyncSaveAccess {
   static AsyncSaveFuture save(DefaultStager& stager, std::shared_ptr<DefaultStager> owned,
                               const StateDict& state, std::shared_ptr<StorageWriter> writer,
@@ -51,7 +91,7 @@ struct AsyncSaveAccess {
     const auto started = std::chrono::steady_clock::now();
     auto save_seconds = std::make_shared<double>(0.0);
     AsyncSaveFuture out;
-    out.future_ = stager.submit(state, std::move(writer), options, id, started, save_seconds);
+    out.future_ = stager.impl_->submit(state, std::move(writer), options, id, started, save_seconds);
     out.blocking_seconds_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     out.owned_stager_ = std::move(owned);
@@ -60,13 +100,22 @@ struct AsyncSaveAccess {
   }
 };
 
-DefaultStager::DefaultStager(StagingOptions options) : options_(options) {
+DefaultStager::DefaultStager(StagingOptions options) : impl_(std::make_unique<Impl>(options)) {}
+
+DefaultStager::~DefaultStager() = default;
+
+StagingStats DefaultStager::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->stats_;
+}
+
+DefaultStager::Impl::Impl(StagingOptions options) : options_(options) {
   TORCH_CHECK(options_.max_in_flight >= 1, "StagingOptions::max_in_flight must be >= 1");
   for (int i = 0; i < options_.max_in_flight; ++i) slots_.push_back(std::make_unique<Slot>());
   worker_ = std::thread([this] { run_worker(); });
 }
 
-DefaultStager::~DefaultStager() {
+DefaultStager::Impl::~Impl() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -75,12 +124,7 @@ DefaultStager::~DefaultStager() {
   if (worker_.joinable()) worker_.join();
 }
 
-StagingStats DefaultStager::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
-}
-
-void DefaultStager::run_worker() {
+void DefaultStager::Impl::run_worker() {
   while (true) {
     std::unique_ptr<Task> task;
     {
@@ -113,7 +157,7 @@ void DefaultStager::run_worker() {
   }
 }
 
-Communicator* DefaultStager::background_comm(Communicator* user_comm) {
+Communicator* DefaultStager::Impl::background_comm(Communicator* user_comm) {
   if (user_comm == nullptr) return nullptr;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -132,7 +176,7 @@ Communicator* DefaultStager::background_comm(Communicator* user_comm) {
   return background_.get();
 }
 
-at::Tensor DefaultStager::stage_tensor(const at::Tensor& original, Slot& slot,
+at::Tensor DefaultStager::Impl::stage_tensor(const at::Tensor& original, Slot& slot,
                                        const std::string& key) {
   const at::Tensor src = original.detach();
   at::Tensor& buf = slot.buffers[key];
@@ -168,7 +212,7 @@ at::Tensor DefaultStager::stage_tensor(const at::Tensor& original, Slot& slot,
   return buf;
 }
 
-Value DefaultStager::stage(const Value& value, Slot& slot, const std::string& path) {
+Value DefaultStager::Impl::stage(const Value& value, Slot& slot, const std::string& path) {
   if (value.is_tensor()) return stage_tensor(value.tensor(), slot, path);
   if (value.is_sharded_tensor()) {
     const ShardedTensor& st = value.get<ShardedTensor>();
@@ -198,7 +242,7 @@ Value DefaultStager::stage(const Value& value, Slot& slot, const std::string& pa
   return value;  // plain values are copied
 }
 
-std::shared_future<Metadata> DefaultStager::submit(const StateDict& state,
+std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
                                                    std::shared_ptr<StorageWriter> writer,
                                                    const SaveOptions& options,
                                                    const std::optional<std::string>& checkpoint_id,
@@ -273,13 +317,8 @@ AsyncSaveFuture async_save(const StateDict& state, std::shared_ptr<StorageWriter
   std::shared_ptr<DefaultStager> stager = options.stager;
   std::shared_ptr<DefaultStager> owned;
   if (!stager) owned = stager = std::make_shared<DefaultStager>();
-  SaveOptions save_options;
-  save_options.planner = options.planner;
-  save_options.comm = options.comm;
-  save_options.no_dist = options.no_dist;
-  save_options.coordinator_rank = options.coordinator_rank;
-  return AsyncSaveAccess::save(*stager, std::move(owned), state, std::move(writer), save_options,
-                               checkpoint_id);
+  return AsyncSaveAccess::save(*stager, std::move(owned), state, std::move(writer),
+                               static_cast<const SaveOptions&>(options), checkpoint_id);
 }
 
 AsyncSaveFuture async_save(const StateDict& state, const std::string& checkpoint_id,

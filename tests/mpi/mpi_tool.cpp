@@ -66,7 +66,7 @@ void fail_case(dcp::Communicator& comm, const std::string& dir) {
   save_state(comm, dir + "/good", Layout::kRow);
   const std::string msg = error_of([&] {
     dcp::StateDict sd = dcp::testing::sharded_state(comm.rank(), comm.size(), Layout::kRow, false);
-    dcp::FileSystemWriter real(dir + "/bad");
+    auto real = std::make_shared<dcp::FileSystemWriter>(dir + "/bad");
     dcp::testing::FaultInjectionWriter faulty(
         real, comm.rank() == bad ? dcp::testing::FaultPoint::kWriteData
                                  : dcp::testing::FaultPoint::kNone);

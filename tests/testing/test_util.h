@@ -45,8 +45,8 @@ enum class FaultPoint { kNone, kWriteData, kResolveData, kFinish };
 /// part for kWriteData, i.e. data files exist but are not committed).
 class FaultInjectionWriter : public StorageWriterWrapper {
  public:
-  FaultInjectionWriter(StorageWriter& target, FaultPoint point)
-      : StorageWriterWrapper(target), point_(point) {}
+  FaultInjectionWriter(std::shared_ptr<StorageWriter> target, FaultPoint point)
+      : StorageWriterWrapper(std::move(target)), point_(point) {}
 
   std::future<std::vector<WriteResult>> write_data(const SavePlan& plan,
                                                    SavePlanner& planner) override;
