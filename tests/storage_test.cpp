@@ -1,5 +1,6 @@
-// The storage conformance suite: every backend (file system, in-memory) must pass the same
-// tests through dcp::save / dcp::load.
+// Storage tests: the conformance suite (testing/storage_conformance.h) run against the file
+// system (fast and simple paths) and the in-memory storage; the read order and read hints of
+// the file-system reader; the O_DIRECT and buffered output streams.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <fcntl.h>
@@ -18,27 +19,16 @@
 #include "storage/file_output.h"
 #include "storage/read_items.h"
 #include "storage/write_items.h"
+#include "testing/storage_conformance.h"
 #include "testing/test_util.h"
 
 namespace dcp {
 namespace {
 
-using testing::FaultInjectionWriter;
-using testing::FaultPoint;
+using testing::StorageBackendFactory;
+using testing::StorageConformanceTest;
 
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual std::unique_ptr<StorageWriter> writer(const std::string& id, int threads,
-                                                bool single_file_per_rank) = 0;
-  virtual std::unique_ptr<StorageReader> reader(const std::string& id) = 0;
-  virtual std::vector<std::string> files(const std::string& id) = 0;
-  /// Cuts file `name` of checkpoint `id` to its first n bytes.
-  virtual void truncate(const std::string& id, const std::string& name, size_t n) = 0;
-  virtual size_t file_size(const std::string& id, const std::string& name) = 0;
-};
-
-class FileSystemBackend : public Backend {
+class FileSystemBackend : public testing::StorageBackend {
  public:
   // fast_paths false forces the simple paths: buffered writes, whole-record reads, no read
   // hints.
@@ -75,7 +65,7 @@ class FileSystemBackend : public Backend {
   testing::TempDir dir_;
 };
 
-class MemoryBackend : public Backend {
+class MemoryBackend : public testing::StorageBackend {
  public:
   std::unique_ptr<StorageWriter> writer(const std::string& id, int threads,
                                         bool single_file_per_rank) override {
@@ -100,158 +90,6 @@ class MemoryBackend : public Backend {
  private:
   MemoryStorage storage_;
 };
-
-using BackendFactory = std::function<std::unique_ptr<Backend>()>;
-
-class StorageConformanceTest : public ::testing::TestWithParam<std::pair<const char*, BackendFactory>> {
- protected:
-  void SetUp() override { backend_ = GetParam().second(); }
-
-  void save_to(const std::string& id, const StateDict& sd, int threads = 1,
-               bool single_file = true) {
-    auto w = backend_->writer(id, threads, single_file);
-    save(sd, *w);
-  }
-  StateDict load_from(const std::string& id, const StateDict& like) {
-    StateDict out = testing::blank_like(like);
-    auto r = backend_->reader(id);
-    load(out, *r);
-    return out;
-  }
-  void expect_same(const StateDict& expected, const StateDict& actual) {
-    const std::string diff = testing::describe_difference(Value(expected), Value(actual));
-    EXPECT_TRUE(diff.empty()) << diff;
-  }
-
-  std::unique_ptr<Backend> backend_;
-};
-
-TEST_P(StorageConformanceTest, RoundTripIsBitwise) {
-  const StateDict sd = testing::reference_state_dict();
-  save_to("ckpt", sd);
-  expect_same(sd, load_from("ckpt", sd));
-  EXPECT_EQ(backend_->files("ckpt"), (std::vector<std::string>{".metadata", "__0_0.distcp"}));
-}
-
-TEST_P(StorageConformanceTest, EachDataFileEndsWithItsLastRecord) {
-  // FileSystemWriter allocates a data file's expected size before O_DIRECT writes, then trims
-  // it: no file may keep bytes past its last record.
-  const StateDict sd = testing::reference_state_dict();
-  auto w = backend_->writer("ckpt", 4, true);
-  const Metadata md = save(sd, *w);
-  std::map<std::string, int64_t> end_of;
-  for (const auto& [index, info] : md.storage_data) {
-    end_of[info.relative_path] = std::max(end_of[info.relative_path], info.offset + info.length);
-  }
-  ASSERT_EQ(end_of.size(), 4u);
-  for (const auto& [file, end] : end_of) {
-    EXPECT_EQ(backend_->file_size("ckpt", file), static_cast<size_t>(end)) << file;
-  }
-}
-
-TEST_P(StorageConformanceTest, ThreadCountSpreadsItemsOverThatManyFiles) {
-  const StateDict sd = testing::reference_state_dict();
-  save_to("ckpt", sd, 4);
-  EXPECT_EQ(backend_->files("ckpt"),
-            (std::vector<std::string>{".metadata", "__0_0.distcp", "__0_1.distcp",
-                                      "__0_2.distcp", "__0_3.distcp"}));
-  expect_same(sd, load_from("ckpt", sd));
-}
-
-TEST_P(StorageConformanceTest, OneFilePerItem) {
-  StateDict sd;
-  sd["a"] = testing::make_tensor(at::kFloat, {3}, 1);
-  sd["b"] = testing::make_tensor(at::kInt, {2, 2}, 2);
-  sd["c"] = "text";
-  save_to("ckpt", sd, 2, /*single_file=*/false);
-  EXPECT_EQ(backend_->files("ckpt"), (std::vector<std::string>{".metadata", "__0_0.distcp",
-                                                               "__0_1.distcp", "__0_2.distcp"}));
-  expect_same(sd, load_from("ckpt", sd));
-}
-
-TEST_P(StorageConformanceTest, MissingCheckpointIsAClearError) {
-  StateDict sd;
-  sd["a"] = at::zeros({1});
-  auto r = backend_->reader("nowhere");
-  try {
-    load(sd, *r);
-    FAIL() << "no error";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no checkpoint at"), std::string::npos) << e.what();
-  }
-}
-
-TEST_P(StorageConformanceTest, TruncatedDataFileNamesFileAndRange) {
-  StateDict sd;
-  sd["w"] = testing::make_tensor(at::kFloat, {64}, 1);
-  save_to("ckpt", sd);
-  const size_t size = backend_->file_size("ckpt", "__0_0.distcp");
-  backend_->truncate("ckpt", "__0_0.distcp", size / 2);
-  try {
-    load_from("ckpt", sd);
-    FAIL() << "no error";
-  } catch (const c10::Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("'__0_0.distcp'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[0, " + std::to_string(size) + ")"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
-  }
-}
-
-TEST_P(StorageConformanceTest, CorruptMetadataIsAClearError) {
-  StateDict sd;
-  sd["w"] = at::zeros({2});
-  save_to("ckpt", sd);
-  backend_->truncate("ckpt", ".metadata", backend_->file_size("ckpt", ".metadata") - 9);
-  try {
-    load_from("ckpt", sd);
-    FAIL() << "no error";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(".metadata"), std::string::npos) << e.what();
-  }
-}
-
-TEST_P(StorageConformanceTest, FailedSaveLeavesNoMetadataAndOtherCheckpointsIntact) {
-  const StateDict sd = testing::reference_state_dict();
-  save_to("good", sd);
-  for (FaultPoint point : {FaultPoint::kWriteData, FaultPoint::kFinish}) {
-    std::shared_ptr<StorageWriter> real = backend_->writer("bad", 1, true);
-    FaultInjectionWriter faulty(real, point);
-    EXPECT_THROW(save(sd, faulty), c10::Error);
-    const auto files = backend_->files("bad");
-    EXPECT_EQ(std::count(files.begin(), files.end(), ".metadata"), 0);
-    auto r = backend_->reader("bad");
-    StateDict dest = testing::blank_like(sd);
-    EXPECT_THROW(load(dest, *r), c10::Error);
-  }
-  // A planner failing midway through the writes.
-  {
-    auto real = backend_->writer("bad", 2, true);
-    SaveOptions options;
-    options.planner = std::make_shared<testing::FailingSavePlanner>(5);
-    EXPECT_THROW(save(sd, *real, options), c10::Error);
-    const auto files = backend_->files("bad");
-    EXPECT_EQ(std::count(files.begin(), files.end(), ".metadata"), 0);
-  }
-  expect_same(sd, load_from("good", sd));
-}
-
-TEST_P(StorageConformanceTest, FailedResaveInPlaceLeavesNoCheckpointRatherThanACorruptOne) {
-  StateDict sd;
-  sd["w"] = testing::make_tensor(at::kFloat, {16}, 1);
-  save_to("ckpt", sd);
-  StateDict bigger;
-  bigger["w"] = testing::make_tensor(at::kFloat, {16}, 2);
-  bigger["extra"] = testing::make_tensor(at::kFloat, {1000}, 3);
-  std::shared_ptr<StorageWriter> real = backend_->writer("ckpt", 1, true);
-  FaultInjectionWriter faulty(real, FaultPoint::kFinish);
-  EXPECT_THROW(save(bigger, faulty), c10::Error);
-  const auto files = backend_->files("ckpt");
-  EXPECT_EQ(std::count(files.begin(), files.end(), ".metadata"), 0);
-  // And a successful re-save is loadable again.
-  save_to("ckpt", bigger);
-  expect_same(bigger, load_from("ckpt", bigger));
-}
 
 // An in-memory data file that logs reads and prefetch hints, in the order made, into one log
 // shared by all files.
@@ -462,10 +300,10 @@ TEST(FileOutputTest, DirectAndBufferedStreamsWriteExactlyTheBytesGiven) {
 INSTANTIATE_TEST_SUITE_P(
     Backends, StorageConformanceTest,
     ::testing::Values(
-        std::make_pair("FileSystem", BackendFactory([] { return std::make_unique<FileSystemBackend>(); })),
+        std::make_pair("FileSystem", StorageBackendFactory([] { return std::make_unique<FileSystemBackend>(); })),
         std::make_pair("FileSystemSimplePath",
-                       BackendFactory([] { return std::make_unique<FileSystemBackend>(false); })),
-        std::make_pair("Memory", BackendFactory([] { return std::make_unique<MemoryBackend>(); }))),
+                       StorageBackendFactory([] { return std::make_unique<FileSystemBackend>(false); })),
+        std::make_pair("Memory", StorageBackendFactory([] { return std::make_unique<MemoryBackend>(); }))),
     [](const auto& info) { return std::string(info.param.first); });
 
 }  // namespace

@@ -23,6 +23,75 @@
 
 namespace dcp::detail::pickle {
 
+/// Pickle opcodes, named as in Python's pickletools and PyTorch's own PickleOpCode.
+enum class PickleOpCode : uint8_t {
+  MARK = '(',
+  STOP = '.',
+  POP = '0',
+  POP_MARK = '1',
+  DUP = '2',
+  FLOAT = 'F',
+  INT = 'I',
+  BININT = 'J',
+  BININT1 = 'K',
+  LONG = 'L',
+  BININT2 = 'M',
+  NONE = 'N',
+  PERSID = 'P',
+  BINPERSID = 'Q',
+  REDUCE = 'R',
+  STRING = 'S',
+  BINSTRING = 'T',
+  SHORT_BINSTRING = 'U',
+  UNICODE = 'V',
+  BINUNICODE = 'X',
+  APPEND = 'a',
+  BUILD = 'b',
+  GLOBAL = 'c',
+  DICT = 'd',
+  EMPTY_DICT = '}',
+  APPENDS = 'e',
+  GET = 'g',
+  BINGET = 'h',
+  INST = 'i',
+  LONG_BINGET = 'j',
+  LIST = 'l',
+  EMPTY_LIST = ']',
+  OBJ = 'o',
+  PUT = 'p',
+  BINPUT = 'q',
+  LONG_BINPUT = 'r',
+  SETITEM = 's',
+  TUPLE = 't',
+  EMPTY_TUPLE = ')',
+  SETITEMS = 'u',
+  BINFLOAT = 'G',
+  BINBYTES = 'B',
+  SHORT_BINBYTES = 'C',
+  PROTO = 0x80,
+  NEWOBJ = 0x81,
+  EXT1 = 0x82,
+  EXT2 = 0x83,
+  EXT4 = 0x84,
+  TUPLE1 = 0x85,
+  TUPLE2 = 0x86,
+  TUPLE3 = 0x87,
+  NEWTRUE = 0x88,
+  NEWFALSE = 0x89,
+  LONG1 = 0x8a,
+  LONG4 = 0x8b,
+  SHORT_BINUNICODE = 0x8c,
+  BINUNICODE8 = 0x8d,
+  BINBYTES8 = 0x8e,
+  EMPTY_SET = 0x8f,
+  ADDITEMS = 0x90,
+  FROZENSET = 0x91,
+  NEWOBJ_EX = 0x92,
+  STACK_GLOBAL = 0x93,
+  MEMOIZE = 0x94,
+  FRAME = 0x95,
+};
+
 struct Object;
 class Machine;
 /// Objects live in the Tree that unpickle() returns and die with it.
@@ -186,12 +255,12 @@ class Writer {
   /// Reserves room for about `bytes` of output (avoids regrowing a large pickle).
   void reserve(size_t bytes) { out_.reserve(bytes); }
 
-  void none() { op('N'); }
-  void boolean(bool v) { op(v ? 0x88 : 0x89); }
+  void none() { op(PickleOpCode::NONE); }
+  void boolean(bool v) { op(v ? PickleOpCode::NEWTRUE : PickleOpCode::NEWFALSE); }
   void integer(int64_t v) {
     if (v >= 0 && v < 256) {
-      op('K');
-      op(static_cast<uint8_t>(v));
+      op(PickleOpCode::BININT1);
+      byte(static_cast<uint8_t>(v));
     } else {
       wide_integer(v);
     }
@@ -204,12 +273,12 @@ class Writer {
   /// A global reference (memoized).
   MemoIndex global(std::string_view module, std::string_view name);
   /// Pushes the value in memo slot `index` (from an earlier str() or global()).
-  void get(MemoIndex index) { memo_op('h', 'j', index); }  // BINGET / LONG_BINGET
-  void mark() { op('('); }
+  void get(MemoIndex index) { memo_op(PickleOpCode::BINGET, PickleOpCode::LONG_BINGET, index); }
+  void mark() { op(PickleOpCode::MARK); }
   /// Builds a tuple of the last n pushed values (n <= 3 uses TUPLEn; otherwise requires mark()).
   void tuple(size_t n);
   /// Builds a tuple from everything since the last mark().
-  void tuple_from_mark() { op('t'); }
+  void tuple_from_mark() { op(PickleOpCode::TUPLE); }
   /// begin_tuple(n); <push n values>; end_tuple(n): a tuple of any length.
   void begin_tuple(size_t n) {
     if (n > 3) mark();
@@ -218,15 +287,15 @@ class Writer {
     if (n > 3) tuple_from_mark();
     else tuple(n);
   }
-  void empty_tuple() { op(')'); }
-  void empty_list() { op(']'); }
-  void appends() { op('e'); }  // after mark() and the items
-  void empty_dict() { op('}'); }
-  void setitems() { op('u'); }  // after mark() and key/value pairs
-  void reduce() { op('R'); }
-  void newobj() { op(0x81); }
-  void build() { op('b'); }
-  void binpersid() { op('Q'); }
+  void empty_tuple() { op(PickleOpCode::EMPTY_TUPLE); }
+  void empty_list() { op(PickleOpCode::EMPTY_LIST); }
+  void appends() { op(PickleOpCode::APPENDS); }  // after mark() and the items
+  void empty_dict() { op(PickleOpCode::EMPTY_DICT); }
+  void setitems() { op(PickleOpCode::SETITEMS); }  // after mark() and key/value pairs
+  void reduce() { op(PickleOpCode::REDUCE); }
+  void newobj() { op(PickleOpCode::NEWOBJ); }
+  void build() { op(PickleOpCode::BUILD); }
+  void binpersid() { op(PickleOpCode::BINPERSID); }
   /// Appends STOP and returns the pickle.
   std::string finish();
 
@@ -245,7 +314,8 @@ class Writer {
     return p;
   }
   void extend(size_t n);
-  void op(uint8_t code) { *room(1) = static_cast<char>(code); }
+  void op(PickleOpCode code) { byte(static_cast<uint8_t>(code)); }
+  void byte(uint8_t b) { *room(1) = static_cast<char>(b); }
   void append(std::string_view bytes) {
     if (!bytes.empty()) std::memcpy(room(bytes.size()), bytes.data(), bytes.size());
   }
@@ -255,10 +325,10 @@ class Writer {
   }
   void wide_integer(int64_t v);  // integer() past 0-255
   // A memo opcode with its index: the 1-byte form below 256, else the 4-byte one.
-  void memo_op(uint8_t short_form, uint8_t long_form, MemoIndex index) {
+  void memo_op(PickleOpCode short_form, PickleOpCode long_form, MemoIndex index) {
     if (index < 256) {
       op(short_form);
-      op(static_cast<uint8_t>(index));
+      byte(static_cast<uint8_t>(index));
     } else {
       op(long_form);
       u32(index);

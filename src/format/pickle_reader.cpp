@@ -98,8 +98,8 @@ class Machine {
   Tree run() && {
     while (true) {
       op_pos_ = pos_;
-      const uint8_t code = u8();
-      if (code == '.') {  // STOP
+      const auto code = static_cast<PickleOpCode>(u8());
+      if (code == PickleOpCode::STOP) {
         check(stack_.size() == 1, "STOP with ", stack_.size(), " values on the stack");
         tree_.root_ = stack_.back();
         return std::move(tree_);
@@ -302,23 +302,23 @@ class Machine {
           "APPEND on a ", target->kind_name());
   }
 
-  void step(uint8_t code) {
+  void step(PickleOpCode code) {
     switch (code) {
-      case 0x80:  // PROTO
+      case PickleOpCode::PROTO:
         check(u8() <= 5, "unsupported pickle protocol");
         break;
-      case 0x95:  // FRAME: a buffering hint
+      case PickleOpCode::FRAME:  // a buffering hint
         take(8);
         break;
-      case 'N': push(tree_.shared(Kind::None)); break;
-      case 0x88:
-      case 0x89: push(tree_.shared(Kind::Bool, code == 0x88)); break;
-      case 'J': push(make_int(static_cast<int32_t>(le(4)))); break;
-      case 'K': push(tree_.shared(Kind::Int, static_cast<int64_t>(le(1)))); break;
-      case 'M': push(make_int(static_cast<int64_t>(le(2)))); break;
-      case 0x8a: push(make_int(long_bytes(le(1)))); break;
-      case 0x8b: push(make_int(long_bytes(le(4)))); break;
-      case 'G': {
+      case PickleOpCode::NONE: push(tree_.shared(Kind::None)); break;
+      case PickleOpCode::NEWTRUE:
+      case PickleOpCode::NEWFALSE: push(tree_.shared(Kind::Bool, code == PickleOpCode::NEWTRUE)); break;
+      case PickleOpCode::BININT: push(make_int(static_cast<int32_t>(le(4)))); break;
+      case PickleOpCode::BININT1: push(tree_.shared(Kind::Int, static_cast<int64_t>(le(1)))); break;
+      case PickleOpCode::BININT2: push(make_int(static_cast<int64_t>(le(2)))); break;
+      case PickleOpCode::LONG1: push(make_int(long_bytes(le(1)))); break;
+      case PickleOpCode::LONG4: push(make_int(long_bytes(le(4)))); break;
+      case PickleOpCode::BINFLOAT: {
         const uint8_t* p = take(8);
         uint64_t bits = 0;
         for (int k = 0; k < 8; ++k) bits = (bits << 8) | p[k];
@@ -327,20 +327,20 @@ class Machine {
         push(o);
         break;
       }
-      case 0x8c: push(make_str(text(le(1)))); break;
-      case 'X': push(make_str(text(le(4)))); break;
-      case 0x8d: push(make_str(text(le(8)))); break;
-      case 'U': push(make_str(text(le(1)))); break;  // SHORT_BINSTRING (Python 2 str)
-      case 'T': push(make_str(text(le(4)))); break;  // BINSTRING
-      case 'C': push(make_str(text(le(1)), Kind::Bytes)); break;
-      case 'B': push(make_str(text(le(4)), Kind::Bytes)); break;
-      case 0x8e: push(make_str(text(le(8)), Kind::Bytes)); break;
-      case '(': marks_.push_back(stack_.size()); break;
-      case '}': push(make(Kind::Dict)); break;
-      case ']': push(make(Kind::List)); break;
-      case ')': push(tree_.shared(Kind::Tuple)); break;
-      case 0x8f: push(make(Kind::Set)); break;
-      case 's': {
+      case PickleOpCode::SHORT_BINUNICODE: push(make_str(text(le(1)))); break;
+      case PickleOpCode::BINUNICODE: push(make_str(text(le(4)))); break;
+      case PickleOpCode::BINUNICODE8: push(make_str(text(le(8)))); break;
+      case PickleOpCode::SHORT_BINSTRING: push(make_str(text(le(1)))); break;  // Python 2 str
+      case PickleOpCode::BINSTRING: push(make_str(text(le(4)))); break;
+      case PickleOpCode::SHORT_BINBYTES: push(make_str(text(le(1)), Kind::Bytes)); break;
+      case PickleOpCode::BINBYTES: push(make_str(text(le(4)), Kind::Bytes)); break;
+      case PickleOpCode::BINBYTES8: push(make_str(text(le(8)), Kind::Bytes)); break;
+      case PickleOpCode::MARK: marks_.push_back(stack_.size()); break;
+      case PickleOpCode::EMPTY_DICT: push(make(Kind::Dict)); break;
+      case PickleOpCode::EMPTY_LIST: push(make(Kind::List)); break;
+      case PickleOpCode::EMPTY_TUPLE: push(tree_.shared(Kind::Tuple)); break;
+      case PickleOpCode::EMPTY_SET: push(make(Kind::Set)); break;
+      case PickleOpCode::SETITEM: {
         Object* kv[2];
         kv[1] = pop();
         kv[0] = pop();
@@ -349,72 +349,72 @@ class Machine {
         tree_.append(target, kv, 2);
         break;
       }
-      case 'u': {
+      case PickleOpCode::SETITEMS: {
         const size_t m = pop_mark();
         Object* target = below(m);
         check_setitems_target(target, stack_.size() - m);
         move_items(target, m);
         break;
       }
-      case 'a': {
+      case PickleOpCode::APPEND: {
         Object* v = pop();
         Object* target = top();
         check_appends_target(target);
         tree_.append(target, &v, 1);
         break;
       }
-      case 'e': {
+      case PickleOpCode::APPENDS: {
         const size_t m = pop_mark();
         Object* target = below(m);
         check_appends_target(target);
         move_items(target, m);
         break;
       }
-      case 0x90: {  // ADDITEMS
+      case PickleOpCode::ADDITEMS: {
         const size_t m = pop_mark();
         Object* target = below(m);
         check(target->kind == Kind::Set, "ADDITEMS on a ", target->kind_name());
         move_items(target, m);
         break;
       }
-      case 0x91: {  // FROZENSET
+      case PickleOpCode::FROZENSET: {
         const size_t m = pop_mark();
         auto* o = make(Kind::Set);
         move_items(o, m);
         push(o);
         break;
       }
-      case 0x85:
-      case 0x86:
-      case 0x87: {
-        const size_t n = code - 0x84;
+      case PickleOpCode::TUPLE1:
+      case PickleOpCode::TUPLE2:
+      case PickleOpCode::TUPLE3: {
+        const size_t n = static_cast<size_t>(code) - static_cast<size_t>(PickleOpCode::TUPLE1) + 1;
         Object* values[3];
         for (size_t k = n; k-- > 0;) values[k] = pop();
         push(make_tuple(values, n));
         break;
       }
-      case 't': {
+      case PickleOpCode::TUPLE: {
         const size_t m = pop_mark();
         auto* o = make_tuple(stack_.data() + m, stack_.size() - m);
         stack_.resize(m);
         push(o);
         break;
       }
-      case '0': pop(); break;
-      case '1': stack_.resize(pop_mark()); break;
-      case '2': push(top()); break;
-      case 0x94: put_memo(memo_count_); break;  // MEMOIZE: key len(memo), as Python
-      case 'q': put_memo(le(1)); break;
-      case 'r': put_memo(le(4)); break;
-      case 'h': get_memo(le(1)); break;
-      case 'j': get_memo(le(4)); break;
-      case 'c': {
+      case PickleOpCode::POP: pop(); break;
+      case PickleOpCode::POP_MARK: stack_.resize(pop_mark()); break;
+      case PickleOpCode::DUP: push(top()); break;
+      case PickleOpCode::MEMOIZE: put_memo(memo_count_); break;  // key len(memo), as Python
+      case PickleOpCode::BINPUT: put_memo(le(1)); break;
+      case PickleOpCode::LONG_BINPUT: put_memo(le(4)); break;
+      case PickleOpCode::BINGET: get_memo(le(1)); break;
+      case PickleOpCode::LONG_BINGET: get_memo(le(4)); break;
+      case PickleOpCode::GLOBAL: {
         std::string_view module = line();
         std::string_view name = line();
         push(make_global(module, name));
         break;
       }
-      case 0x93: {  // STACK_GLOBAL
+      case PickleOpCode::STACK_GLOBAL: {
         Object* name = pop();
         Object* module = pop();
         check(module->kind == Kind::Str && name->kind == Kind::Str,
@@ -422,25 +422,25 @@ class Machine {
         push(make_global(module->str(), name->str()));
         break;
       }
-      case 'R':
-      case 0x81: {  // REDUCE, NEWOBJ
+      case PickleOpCode::REDUCE:
+      case PickleOpCode::NEWOBJ: {
         Object* args = pop();
         Object* callable = pop();
-        check(args->kind == Kind::Tuple, code == 'R' ? "REDUCE" : "NEWOBJ",
+        check(args->kind == Kind::Tuple, code == PickleOpCode::REDUCE ? "REDUCE" : "NEWOBJ",
               " arguments are not a tuple");
-        check(callable->kind == Kind::Global, code == 'R' ? "REDUCE" : "NEWOBJ",
+        check(callable->kind == Kind::Global, code == PickleOpCode::REDUCE ? "REDUCE" : "NEWOBJ",
               " of a ", callable->kind_name(), " (only named globals are allowed)");
-        if (code == 'R' && callable->is_global("torch", "Size")) {
+        if (code == PickleOpCode::REDUCE && callable->is_global("torch", "Size")) {
           push(make_size(callable, args));
           break;
         }
-        auto* o = make(code == 'R' ? Kind::Reduce : Kind::Instance);
+        auto* o = make(code == PickleOpCode::REDUCE ? Kind::Reduce : Kind::Instance);
         o->callable_ = callable;
         o->args_ = args;
         push(o);
         break;
       }
-      case 0x92: {  // NEWOBJ_EX
+      case PickleOpCode::NEWOBJ_EX: {
         Object* kwargs = pop();
         Object* args = pop();
         Object* callable = pop();
@@ -453,7 +453,7 @@ class Machine {
         push(o);
         break;
       }
-      case 'b': {  // BUILD
+      case PickleOpCode::BUILD: {
         Object* state = pop();
         Object* target = top();
         check(target->kind == Kind::Instance || target->kind == Kind::Reduce,
@@ -462,7 +462,7 @@ class Machine {
         target->state_ = state;
         break;
       }
-      case 'Q': {  // BINPERSID
+      case PickleOpCode::BINPERSID: {
         auto* o = make(Kind::PersId);
         o->args_ = pop();
         push(o);

@@ -13,24 +13,24 @@
 namespace dcp::detail::pickle {
 
 Writer::Writer() {
-  op(0x80);
-  op(2);
+  op(PickleOpCode::PROTO);
+  byte(2);
 }
 
 Writer::MemoIndex Writer::memoize_top(MemoTable& table, std::string key) {
   const MemoIndex index = next_memo_++;
   table.emplace(keys_.emplace_back(std::move(key)), index);
-  memo_op('q', 'r', index);  // BINPUT / LONG_BINPUT
+  memo_op(PickleOpCode::BINPUT, PickleOpCode::LONG_BINPUT, index);
   return index;
 }
 
 void Writer::wide_integer(int64_t v) {
   if (v >= 0 && v < 65536) {
-    op('M');
-    op(static_cast<uint8_t>(v));
-    op(static_cast<uint8_t>(v >> 8));
+    op(PickleOpCode::BININT2);
+    byte(static_cast<uint8_t>(v));
+    byte(static_cast<uint8_t>(v >> 8));
   } else if (v >= INT32_MIN && v <= INT32_MAX) {
-    op('J');
+    op(PickleOpCode::BININT);
     u32(static_cast<uint32_t>(static_cast<int32_t>(v)));
   } else {
     // LONG1: minimal little-endian two's complement.
@@ -43,17 +43,17 @@ void Writer::wide_integer(int64_t v) {
       if ((bytes[n - 1] == 0x00 && !sign_next) || (bytes[n - 1] == 0xff && sign_next)) --n;
       else break;
     }
-    op(0x8a);
-    op(static_cast<uint8_t>(n));
-    for (int k = 0; k < n; ++k) op(bytes[k]);
+    op(PickleOpCode::LONG1);
+    byte(static_cast<uint8_t>(n));
+    for (int k = 0; k < n; ++k) byte(bytes[k]);
   }
 }
 
 void Writer::float64(double v) {
   uint64_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  op('G');
-  for (int k = 7; k >= 0; --k) op(static_cast<uint8_t>(bits >> (8 * k)));
+  op(PickleOpCode::BINFLOAT);
+  for (int k = 7; k >= 0; --k) byte(static_cast<uint8_t>(bits >> (8 * k)));
 }
 
 Writer::MemoIndex Writer::str(std::string_view v) {
@@ -62,7 +62,7 @@ Writer::MemoIndex Writer::str(std::string_view v) {
     return it->second;
   }
   TORCH_CHECK(v.size() <= UINT32_MAX, "string too long to pickle");
-  op('X');
+  op(PickleOpCode::BINUNICODE);
   u32(static_cast<uint32_t>(v.size()));
   append(v);
   return memoize_top(strs_, std::string(v));
@@ -81,7 +81,7 @@ void Writer::bytes(std::string_view v) {
       utf8.push_back(static_cast<char>(0x80 | (c & 0x3f)));
     }
   }
-  op('X');
+  op(PickleOpCode::BINUNICODE);
   u32(static_cast<uint32_t>(utf8.size()));
   append(utf8);
   str("latin1");
@@ -97,18 +97,18 @@ Writer::MemoIndex Writer::global(std::string_view module, std::string_view name)
     get(it->second);
     return it->second;
   }
-  op('c');
+  op(PickleOpCode::GLOBAL);
   append(key);
-  op('\n');
+  byte('\n');
   return memoize_top(globals_, std::move(key));
 }
 
 void Writer::tuple(size_t n) {
   switch (n) {
-    case 0: op(')'); break;
-    case 1: op(0x85); break;
-    case 2: op(0x86); break;
-    case 3: op(0x87); break;
+    case 0: op(PickleOpCode::EMPTY_TUPLE); break;
+    case 1: op(PickleOpCode::TUPLE1); break;
+    case 2: op(PickleOpCode::TUPLE2); break;
+    case 3: op(PickleOpCode::TUPLE3); break;
     default: TORCH_INTERNAL_ASSERT(false, "tuple(n) with n > 3 needs mark() and tuple_from_mark()");
   }
 }
@@ -119,7 +119,7 @@ void Writer::extend(size_t n) {
 }
 
 std::string Writer::finish() {
-  op('.');
+  op(PickleOpCode::STOP);
   out_.resize(written_);
   written_ = 0;
   return std::move(out_);

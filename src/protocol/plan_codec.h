@@ -1,5 +1,5 @@
 // Bytes for what ranks exchange during a save or load: local and final plans and write
-// results (the wire format of src/comm/wire.h; Metadata travels as its '.metadata' pickle).
+// results (the wire format of src/util/wire.h; Metadata travels as its '.metadata' pickle).
 #pragma once
 
 #include <string>
