@@ -85,20 +85,12 @@ std::vector<LoadPlan> FileSystemReader::prepare_global_plan(std::vector<LoadPlan
 }
 
 std::future<void> FileSystemReader::read_data(const LoadPlan& plan, LoadPlanner& planner) {
-  std::promise<void> promise;
-  try {
-    TORCH_CHECK(metadata_.has_value(), "read_data before set_up_storage_reader");
-    detail::read_items(
-        plan, planner, *metadata_,
-        [this](const std::string& relative) {
-          return std::make_shared<PosixInputFile>(path_, relative);
-        },
-        detail::ReadOptions{options_.thread_count, options_.ranged_reads, options_.prefetch_bytes});
-    promise.set_value();
-  } catch (...) {
-    promise.set_exception(std::current_exception());
-  }
-  return promise.get_future();
+  return detail::read_data(
+      plan, planner, metadata_,
+      [this](const std::string& relative) {
+        return std::make_shared<PosixInputFile>(path_, relative);
+      },
+      detail::ReadOptions{options_.thread_count, options_.ranged_reads, options_.prefetch_bytes});
 }
 
 }  // namespace dcp

@@ -146,22 +146,14 @@ std::vector<LoadPlan> MemoryReader::prepare_global_plan(std::vector<LoadPlan> pl
 }
 
 std::future<void> MemoryReader::read_data(const LoadPlan& plan, LoadPlanner& planner) {
-  std::promise<void> promise;
-  try {
-    TORCH_CHECK(metadata_.has_value(), "read_data before set_up_storage_reader");
-    detail::read_items(
-        plan, planner, *metadata_,
-        [this](const std::string& relative) -> std::shared_ptr<const detail::InputFile> {
-          auto bytes = storage_.get(checkpoint_id_, relative);
-          TORCH_CHECK(bytes.has_value(), "data file '", relative, "' of checkpoint '",
-                      checkpoint_id_, "' is missing");
-          return std::make_shared<StringInputFile>(relative, *bytes);
-        });
-    promise.set_value();
-  } catch (...) {
-    promise.set_exception(std::current_exception());
-  }
-  return promise.get_future();
+  return detail::read_data(
+      plan, planner, metadata_,
+      [this](const std::string& relative) -> std::shared_ptr<const detail::InputFile> {
+        auto bytes = storage_.get(checkpoint_id_, relative);
+        TORCH_CHECK(bytes.has_value(), "data file '", relative, "' of checkpoint '",
+                    checkpoint_id_, "' is missing");
+        return std::make_shared<StringInputFile>(relative, *bytes);
+      });
 }
 
 }  // namespace dcp

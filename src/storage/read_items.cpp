@@ -180,4 +180,18 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
   });
 }
 
+std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner,
+                            const std::optional<Metadata>& metadata, const FileOpener& open,
+                            const ReadOptions& options) {
+  std::promise<void> promise;
+  try {
+    TORCH_CHECK(metadata.has_value(), "read_data before set_up_storage_reader");
+    read_items(plan, planner, *metadata, open, options);
+    promise.set_value();
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+  return promise.get_future();
+}
+
 }  // namespace dcp::detail

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -34,5 +36,11 @@ using FileOpener = std::function<std::shared_ptr<const InputFile>(const std::str
 /// item, the file and the record's byte range as context.
 void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
                 const FileOpener& open, const ReadOptions& options = {});
+
+/// StorageReader::read_data for a file-like backend: read_items against the metadata given to
+/// set_up_storage_reader (an error when there was none), its outcome in a ready future.
+std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner,
+                            const std::optional<Metadata>& metadata, const FileOpener& open,
+                            const ReadOptions& options = {});
 
 }  // namespace dcp::detail
