@@ -104,6 +104,9 @@ struct AsyncSaveOptions : SaveOptions {
 /// Stages `state` (the caller may modify or free its tensors once this returns), then saves
 /// the staged copy in the background into the directory `checkpoint_id`.
 /// Every rank calls it, in the same order relative to its other collectives on `comm`.
+/// Failures, staging ones included (an undefined tensor, memory exhausted), do not throw here:
+/// they fail the returned future, and the same error reaches every rank's future, so that no
+/// rank waits on a save another rank abandoned.
 AsyncSaveFuture async_save(const StateDict& state, const std::string& checkpoint_id,
                            const AsyncSaveOptions& options = {});
 /// The same through `writer`, which the background save keeps alive.

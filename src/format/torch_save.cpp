@@ -19,11 +19,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <optional>
 
 #include "format/dtypes.h"
 #include "format/pickle.h"
+#include "format/zip_directory.h"
+#include "util/checked.h"
 #include "util/error_context.h"
 
 namespace dcp::detail {
@@ -34,20 +37,34 @@ constexpr int kMaxValueDepth = 256;
 // ---------------------------------------------------------------------------------------------
 // Writing
 
+// Note [Sink failures]: PyTorchStreamWriter calls its writer function from inside miniz, and
+// its destructor writes the zip trailer when the archive was not finished. An exception from
+// the sink must therefore never unwind through it: it would leave miniz mid-record, and the
+// destructor's trailer write would throw again during unwinding (std::terminate: a full disk
+// killed the process). So the writer function catches the sink's first failure, drops every
+// later byte, and finish() rethrows that failure once PyTorchStreamWriter is done; an archive
+// abandoned by another error drops its trailer.
 class ArchiveWriter {
  public:
   explicit ArchiveWriter(const ByteSink& sink)
       : writer_([this, &sink](const void* data, size_t n) -> size_t {
-          if (n == 0) return 0;
-          if (data == nullptr) {
-            std::string zeros(n, '\0');
-            sink(zeros.data(), n);
-          } else {
-            sink(data, n);
+          if (n == 0 || failure_ || abandoned_) return n;
+          try {
+            if (data == nullptr) {
+              std::string zeros(n, '\0');
+              sink(zeros.data(), n);
+            } else {
+              sink(data, n);
+            }
+            written_ += n;
+          } catch (...) {
+            failure_ = std::current_exception();
           }
-          written_ += n;
           return n;
         }) {}
+  ~ArchiveWriter() { abandoned_ = true; }  // writer_'s destructor writes nothing
+  ArchiveWriter(const ArchiveWriter&) = delete;
+  ArchiveWriter& operator=(const ArchiveWriter&) = delete;
 
   // Pickles a tensor reference into `w` and remembers its storage for data/<key>.
   void tensor(pickle::Writer& w, const at::Tensor& original) {
@@ -140,6 +157,7 @@ class ArchiveWriter {
                           t.numel() * t.element_size());
     }
     writer_.writeEndOfFile();
+    if (failure_) std::rethrow_exception(failure_);  // Note [Sink failures]
     return written_;
   }
 
@@ -151,8 +169,10 @@ class ArchiveWriter {
   }
 
   uint64_t written_ = 0;
+  std::exception_ptr failure_;  // the sink's first failure (Note [Sink failures])
+  bool abandoned_ = false;
   std::vector<at::Tensor> storages_;
-  caffe2::serialize::PyTorchStreamWriter writer_;
+  caffe2::serialize::PyTorchStreamWriter writer_;  // last: destroyed first
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -180,6 +200,7 @@ class SourceAdapter : public caffe2::serialize::ReadAdapterInterface {
 class ArchiveReader {
  public:
   explicit ArchiveReader(const ArchiveSource& source) : source_(source) {
+    check_zip_directory(source);  // Note [Declared sizes], before LibTorch allocates any
     std::string pkl;
     std::string order = "little";
     zip([&] {
@@ -241,7 +262,8 @@ class ArchiveReader {
     check(s[1]->kind == Kind::Global && s[1]->str() == "torch", "unexpected storage class");
     check(s[2]->kind == Kind::Str && s[4]->kind == Kind::Int, "malformed storage tuple");
     TensorRecord r;
-    int64_t numel = s[4]->i();
+    const int64_t numel = s[4]->i();
+    check(numel >= 0, "negative storage size");
     if (v3) {
       check(a[6]->kind == Kind::Global && a[6]->str() == "torch", "v3 tensor without a dtype");
       auto dt = dtype_from_python_name(std::string(a[6]->name()));
@@ -252,9 +274,10 @@ class ArchiveReader {
       auto dt = dtype_from_storage_name(std::string(s[1]->name()));
       check(dt.has_value(), "unsupported storage class torch.", s[1]->name());
       r.dtype = *dt;
-      r.storage_bytes = static_cast<uint64_t>(numel) * c10::elementSize(r.dtype);
+      const auto bytes = checked_mul(numel, static_cast<int64_t>(c10::elementSize(r.dtype)));
+      check(bytes.has_value(), "storage of ", numel, " elements overflows");
+      r.storage_bytes = static_cast<uint64_t>(*bytes);
     }
-    check(numel >= 0, "negative storage size");
     check(a[1]->kind == Kind::Int && a[1]->i() >= 0, "bad storage offset");
     r.storage_offset = a[1]->i();
     r.sizes = int_list(a[2], "size");
@@ -272,19 +295,28 @@ class ArchiveReader {
     check(has_record, "missing record ", record);
     check(record_size >= r.storage_bytes, "record ", record, " has ", record_size,
           " bytes, storage needs ", r.storage_bytes);
-    check(r.data_offset + r.storage_bytes <= source_.size(), "storage ", record,
-          " extends past the item's end");
+    check(r.data_offset <= source_.size() && r.storage_bytes <= source_.size() - r.data_offset,
+          "storage ", record, " extends past the item's end");
     // Every element the view can address must lie inside the storage.
     const int64_t itemsize = static_cast<int64_t>(c10::elementSize(r.dtype));
-    int64_t max_index = r.storage_offset;
+    // Checked arithmetic: sizes and strides come from the file.
+    std::optional<int64_t> max_index = r.storage_offset;
     bool empty = false;
     for (size_t d = 0; d < r.sizes.size(); ++d) {
       check(r.sizes[d] >= 0 && r.strides[d] >= 0, "negative size or stride");
-      if (r.sizes[d] == 0) empty = true;
-      else max_index += (r.sizes[d] - 1) * r.strides[d];
+      if (r.sizes[d] == 0) {
+        empty = true;
+      } else if (max_index) {
+        const auto step = checked_mul(r.sizes[d] - 1, r.strides[d]);
+        max_index = step ? checked_add(*max_index, *step) : std::nullopt;
+      }
     }
-    check(empty || (max_index + 1) * itemsize <= static_cast<int64_t>(r.storage_bytes),
-          "tensor view reaches past its storage");
+    if (!empty) {
+      const auto end = max_index ? checked_add(*max_index, 1) : std::nullopt;
+      const auto end_bytes = end ? checked_mul(*end, itemsize) : std::nullopt;
+      check(end_bytes && static_cast<uint64_t>(*end_bytes) <= r.storage_bytes,
+            "tensor view reaches past its storage");
+    }
     if (key_out) *key_out = std::string(s[2]->str());
     return r;
   }

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 
@@ -67,6 +69,26 @@ File File::open(const std::string& path, int flags, mode_t mode) {
   const int fd = open_retrying(path, flags, mode);
   if (fd < 0) throw_errno("opening", path, errno);
   return File(fd, path);
+}
+
+File File::open_regular_inside(const std::string& dir, const std::string& relative) {
+  const std::string path = join_path(dir, relative);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; regular files ignore it.
+  const int fd = open_retrying(path, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0);
+  if (fd < 0) throw_errno("opening", path, errno);
+  File file(fd, path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno("stat of", path, errno);
+  TORCH_CHECK(S_ISREG(st.st_mode), "'", path, "' is not a regular file: a checkpoint's data ",
+              "files are");
+  char real_dir[PATH_MAX], real_file[PATH_MAX];
+  if (::realpath(dir.c_str(), real_dir) == nullptr) throw_errno("resolving", dir, errno);
+  if (::realpath(path.c_str(), real_file) == nullptr) throw_errno("resolving", path, errno);
+  const std::string inside = std::string(real_dir) + "/";
+  TORCH_CHECK(std::string(real_file).compare(0, inside.size(), inside) == 0, "'", path,
+              "' resolves to '", real_file, "', outside the checkpoint directory '", real_dir,
+              "'");
+  return file;
 }
 
 std::optional<File> File::open_direct(const std::string& path, int flags, mode_t mode) {

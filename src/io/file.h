@@ -29,6 +29,11 @@ class File {
 
   /// open(2); throws on failure.
   static File open(const std::string& path, int flags, mode_t mode = 0644);
+  /// Opens `dir`/`relative` for reading, refusing (with an error naming both) anything but a
+  /// regular file whose real path lies inside `dir`'s: no FIFO or device (it is opened without
+  /// blocking, then checked), no symbolic link that leaves the directory. `relative` is
+  /// already a plain relative name (paths::check_relative_name).
+  static File open_regular_inside(const std::string& dir, const std::string& relative);
   /// open(2) with O_DIRECT added; nullopt where the file system refuses O_DIRECT (EINVAL),
   /// throws on other failures.
   static std::optional<File> open_direct(const std::string& path, int flags, mode_t mode = 0644);

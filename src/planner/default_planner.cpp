@@ -235,6 +235,9 @@ LoadPlan DefaultLoadPlanner::create_local_plan() {
       continue;
     }
     if (std::holds_alternative<BytesStorageMetadata>(it->second)) {
+      TORCH_CHECK_TYPE(!value.is_tensor() && !value.is_sharded_tensor(), "'", fqn,
+                       "' is a non-tensor value in the checkpoint but a tensor in the state "
+                       "dict");
       ReadItem r;
       r.type = LoadItemType::BYTE_IO;
       r.dest_index = MetadataIndex(fqn);
@@ -269,6 +272,9 @@ LoadPlan DefaultLoadPlanner::create_local_plan() {
                      "dtype mismatch for '", fqn, "': the checkpoint holds ",
                      dtype_name(saved.properties.dtype), ", the state dict ", dtype_name(dtype),
                      " (set allow_dtype_cast to convert on load)");
+    // The saved chunks come from the checkpoint: sound geometry before any read is planned.
+    const std::string problem = detail::validate_chunks(fqn, saved, /*require_cover=*/true);
+    TORCH_CHECK_VALUE(problem.empty(), "the checkpoint's chunks of ", problem);
     auto reads = detail::create_read_items_for_chunk_list(fqn, saved, local_chunks);
     for (auto& r : reads) plan.items.push_back(std::move(r));
   }

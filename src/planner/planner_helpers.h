@@ -26,6 +26,12 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
 /// Python's _validate_global_plan: returns a description of the first problem, or "".
 std::string validate_global_plan(const Metadata& metadata, size_t num_plans);
 
+/// The checks of one tensor's saved chunks: dimensions, non-negative sizes and offsets inside
+/// the shape (with checked arithmetic), no two chunks overlapping, and with `require_cover`
+/// every element covered (a 0-d tensor: one chunk). "" when sound, else the first problem.
+std::string validate_chunks(const std::string& fqn, const TensorStorageMetadata& t,
+                            bool require_cover);
+
 /// The reads that fill `local_chunks` (destination boxes of tensor `fqn`, in global offsets)
 /// from the saved chunks in `saved` (docs/format.md §6.5).
 std::vector<ReadItem> create_read_items_for_chunk_list(

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "planner/planner_helpers.h"
+#include "util/checked.h"
 
 namespace dcp::detail {
 namespace {
@@ -21,12 +22,6 @@ bool overlaps(const ChunkStorageMetadata& a, const ChunkStorageMetadata& b) {
     }
   }
   return true;
-}
-
-int64_t volume(const std::vector<int64_t>& sizes) {
-  int64_t v = 1;
-  for (int64_t s : sizes) v *= s;
-  return v;
 }
 
 }  // namespace
@@ -58,57 +53,84 @@ std::vector<ReadItem> create_read_items_for_chunk_list(
   return reads;
 }
 
-// Bounds and volume per chunk; overlaps by a sweep along the dimension with the largest extent
-// (chunks sorted by their start there; each is compared only with the chunks that start before
-// it ends), so row-sharded tensors over many ranks cost O(n log n), as in newer PyTorch.
+// Bounds and volume per chunk (checked arithmetic: the chunks may come from a hostile
+// '.metadata'); overlaps by a sweep along the dimension with the largest extent (chunks sorted
+// by their start there; each is compared only with the chunks that start before it ends), so
+// row-sharded tensors over many ranks cost O(n log n), as in newer PyTorch.
+std::string validate_chunks(const std::string& fqn, const TensorStorageMetadata& t,
+                            bool require_cover) {
+  const auto tensor_volume = checked_volume(t.size);
+  if (!tensor_volume) {
+    return c10::str("'", fqn, "': shape ", c10::IntArrayRef(t.size),
+                    " is negative or its volume overflows");
+  }
+  if (t.size.empty()) {  // 0-d: one chunk with no dimensions
+    if (require_cover && t.chunks.empty()) return c10::str("'", fqn, "': no saved chunk");
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+      if (!t.chunks[i].offsets.empty() || !t.chunks[i].sizes.empty()) {
+        return c10::str("'", fqn, "': chunk ", i, " has the wrong number of dimensions");
+      }
+    }
+    return "";
+  }
+  __int128 covered = 0;  // chunk volumes add up past int64 when chunks overlap
+  std::vector<size_t> nonempty;
+  nonempty.reserve(t.chunks.size());
+  for (size_t i = 0; i < t.chunks.size(); ++i) {
+    const auto& c = t.chunks[i];
+    if (c.offsets.size() != t.size.size() || c.sizes.size() != t.size.size()) {
+      return c10::str("'", fqn, "': chunk ", i, " has the wrong number of dimensions");
+    }
+    const auto v = checked_volume(c.sizes);
+    if (!v) {
+      return c10::str("'", fqn, "': chunk ", i, " has sizes ", c10::IntArrayRef(c.sizes),
+                      " (negative, or a volume that overflows)");
+    }
+    if (*v == 0) continue;
+    for (size_t d = 0; d < t.size.size(); ++d) {
+      const auto end = checked_add(c.offsets[d], c.sizes[d]);
+      if (c.offsets[d] < 0 || !end || *end > t.size[d]) {
+        return c10::str("'", fqn, "': chunk ", i, " at offsets ", c10::IntArrayRef(c.offsets),
+                        " sizes ", c10::IntArrayRef(c.sizes), " leaves the tensor's shape ",
+                        c10::IntArrayRef(t.size));
+      }
+    }
+    covered += *v;
+    nonempty.push_back(i);
+  }
+  const size_t dim = static_cast<size_t>(
+      std::max_element(t.size.begin(), t.size.end()) - t.size.begin());
+  auto by_offset = [&](size_t a, size_t b) {
+    return t.chunks[a].offsets[dim] < t.chunks[b].offsets[dim];
+  };
+  // Chunks usually arrive in offset order (ranks in shard order): sorting is then skipped.
+  if (!std::is_sorted(nonempty.begin(), nonempty.end(), by_offset)) {
+    std::sort(nonempty.begin(), nonempty.end(), by_offset);
+  }
+  for (size_t x = 0; x < nonempty.size(); ++x) {
+    const auto& a = t.chunks[nonempty[x]];
+    for (size_t y = x + 1; y < nonempty.size(); ++y) {
+      const auto& b = t.chunks[nonempty[y]];
+      if (b.offsets[dim] >= a.offsets[dim] + a.sizes[dim]) break;
+      if (overlaps(a, b)) {
+        return c10::str("'", fqn, "': chunks ", std::min(nonempty[x], nonempty[y]), " and ",
+                        std::max(nonempty[x], nonempty[y]), " overlap");
+      }
+    }
+  }
+  if (require_cover && covered != *tensor_volume) {
+    return c10::str("'", fqn, "': chunks cover ", static_cast<int64_t>(std::min<__int128>(covered, INT64_MAX)),
+                    " of ", *tensor_volume, " elements");
+  }
+  return "";
+}
+
 std::string validate_global_plan(const Metadata& metadata, size_t num_plans) {
   for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
     const auto* t = std::get_if<TensorStorageMetadata>(&entry);
     if (t == nullptr || t->size.empty()) continue;
-    int64_t covered = 0;
-    std::vector<size_t> nonempty;
-    nonempty.reserve(t->chunks.size());
-    for (size_t i = 0; i < t->chunks.size(); ++i) {
-      const auto& c = t->chunks[i];
-      if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size()) {
-        return c10::str("'", fqn, "': chunk ", i, " has the wrong number of dimensions");
-      }
-      const int64_t v = volume(c.sizes);
-      if (v == 0) continue;
-      for (size_t d = 0; d < t->size.size(); ++d) {
-        if (c.offsets[d] < 0 || c.sizes[d] < 0 || c.offsets[d] + c.sizes[d] > t->size[d]) {
-          return c10::str("'", fqn, "': chunk ", i, " at offsets ", c10::IntArrayRef(c.offsets),
-                          " sizes ", c10::IntArrayRef(c.sizes), " leaves the tensor's shape ",
-                          c10::IntArrayRef(t->size));
-        }
-      }
-      covered += v;
-      nonempty.push_back(i);
-    }
-    const size_t dim = static_cast<size_t>(
-        std::max_element(t->size.begin(), t->size.end()) - t->size.begin());
-    auto by_offset = [&](size_t a, size_t b) {
-      return t->chunks[a].offsets[dim] < t->chunks[b].offsets[dim];
-    };
-    // Chunks usually arrive in offset order (ranks in shard order): sorting is then skipped.
-    if (!std::is_sorted(nonempty.begin(), nonempty.end(), by_offset)) {
-      std::sort(nonempty.begin(), nonempty.end(), by_offset);
-    }
-    for (size_t x = 0; x < nonempty.size(); ++x) {
-      const auto& a = t->chunks[nonempty[x]];
-      for (size_t y = x + 1; y < nonempty.size(); ++y) {
-        const auto& b = t->chunks[nonempty[y]];
-        if (b.offsets[dim] >= a.offsets[dim] + a.sizes[dim]) break;
-        if (overlaps(a, b)) {
-          return c10::str("'", fqn, "': chunks ", std::min(nonempty[x], nonempty[y]), " and ",
-                          std::max(nonempty[x], nonempty[y]), " overlap");
-        }
-      }
-    }
-    if (num_plans > 1 && covered != volume(t->size)) {
-      return c10::str("'", fqn, "': chunks cover ", covered, " of ", volume(t->size),
-                      " elements");
-    }
+    std::string problem = validate_chunks(fqn, *t, num_plans > 1);
+    if (!problem.empty()) return problem;
   }
   return "";
 }

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "dcp/filesystem.h"
+#include "util/error_context.h"
 
 namespace dcp {
 
@@ -44,6 +45,7 @@ struct Slot {
 
 struct Task {
   StateDict staged;
+  std::exception_ptr staging_failure;  // set when staging failed (Note [Failed staging])
   std::shared_ptr<StorageWriter> writer;
   SaveOptions options;
   std::optional<std::string> checkpoint_id;
@@ -52,6 +54,52 @@ struct Task {
   std::chrono::steady_clock::time_point started;
   std::shared_ptr<double> save_seconds;
 };
+
+// Note [Failed staging]: when staging (or the call's own checks) fails on one rank, the other
+// ranks' background saves are already headed into collectives on the duplicated communicator.
+// So the failing rank still queues its save: the worker runs dcp::save with an empty state and
+// a planner that rethrows the failure in its first step, and DistWrapper raises the same error
+// (naming this rank) in every rank's future. No rank waits on a collective another rank skips.
+class FailedStagingPlanner : public DefaultSavePlanner {
+ public:
+  explicit FailedStagingPlanner(std::exception_ptr failure) : failure_(std::move(failure)) {}
+  void set_up_planner(const StateDict&, const std::optional<StorageMeta>&, bool) override {
+    detail::with_context([&] { std::rethrow_exception(failure_); },
+                         [] { return "async_save staging"; });
+  }
+
+ private:
+  std::exception_ptr failure_;
+};
+
+// The writer of a save whose caller passed none: every step fails before it is reached
+// (FailedStagingPlanner fails first), except the calls made before planning.
+class NoWriter : public StorageWriter {
+ public:
+  void reset(const std::optional<std::string>&) override {}
+  void set_up_storage_writer(bool, int) override { fail(); }
+  SavePlan prepare_local_plan(SavePlan) override { fail(); }
+  std::vector<SavePlan> prepare_global_plan(std::vector<SavePlan>) override { fail(); }
+  std::future<std::vector<WriteResult>> write_data(const SavePlan&, SavePlanner&) override {
+    fail();
+  }
+  void finish(const Metadata&, const std::vector<std::vector<WriteResult>>&) override { fail(); }
+
+ private:
+  [[noreturn]] static void fail() { TORCH_CHECK(false, "async_save: no storage writer"); }
+};
+
+// Note [Buffer keys]: a staging buffer is reused for the value at the same place of the next
+// state dict, so the key must name the place unambiguously. Each step is tagged and
+// self-delimiting: "s<length>:<chars>" for a string key, "i<n>;" for an int key, "l<i>;" /
+// "t<i>;" for a list / tuple index, "#<i>;" for a local shard. The keys of distinct places thus
+// differ (a prefix code), where joining with '/' mixed {"a/b": t1} with {"a": {"b": t2}}.
+std::string buffer_key_step(const Key& key) {
+  if (const auto* s = std::get_if<std::string>(&key)) {
+    return "s" + std::to_string(s->size()) + ":" + *s;
+  }
+  return "i" + std::to_string(std::get<int64_t>(key)) + ";";
+}
 
 }  // namespace
 
@@ -139,6 +187,9 @@ void DefaultStager::Impl::run_worker() {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - task->started).count();
     };
     try {
+      if (task->staging_failure) {  // Note [Failed staging]
+        task->options.planner = std::make_shared<FailedStagingPlanner>(task->staging_failure);
+      }
       Metadata md = save(task->staged, *task->writer, task->options, task->checkpoint_id);
       finished();
       task->promise.set_value(std::move(md));
@@ -219,14 +270,15 @@ Value DefaultStager::Impl::stage(const Value& value, Slot& slot, const std::stri
     std::vector<Shard> shards;
     for (size_t i = 0; i < st.local_shards().size(); ++i) {
       const Shard& s = st.local_shards()[i];
-      shards.push_back(Shard{stage_tensor(s.tensor, slot, path + "#" + std::to_string(i)), s.offsets});
+      shards.push_back(Shard{stage_tensor(s.tensor, slot, path + "#" + std::to_string(i) + ";"),
+                             s.offsets});
     }
     return ShardedTensor(st.global_shape(), st.dtype(), std::move(shards));
   }
   if (value.is_dict()) {
     Dict out;
     for (const auto& [k, v] : value.dict()) {
-      out.insert_or_assign(k, stage(v, slot, path + "/" + (std::holds_alternative<int64_t>(k) ? "#" : "") + key_to_string(k)));
+      out.insert_or_assign(k, stage(v, slot, path + buffer_key_step(k)));
     }
     return out;
   }
@@ -234,7 +286,8 @@ Value DefaultStager::Impl::stage(const Value& value, Slot& slot, const std::stri
     const std::vector<Value>& items = value.is_list() ? value.list() : value.get<Tuple>().items;
     std::vector<Value> out;
     for (size_t i = 0; i < items.size(); ++i) {
-      out.push_back(stage(items[i], slot, path + "[" + std::to_string(i) + "]"));
+      out.push_back(stage(items[i], slot,
+                          path + (value.is_list() ? "l" : "t") + std::to_string(i) + ";"));
     }
     if (value.is_list()) return List(std::move(out));
     return Tuple{std::move(out)};
@@ -248,7 +301,7 @@ std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
                                                    const std::optional<std::string>& checkpoint_id,
                                                    std::chrono::steady_clock::time_point started,
                                                    std::shared_ptr<double> save_seconds) {
-  TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
+  // Every rank reaches the duplication (a collective) before anything that can fail alone.
   Communicator* bg = background_comm(options.no_dist ? nullptr : options.comm);
   Slot* slot = nullptr;
   {
@@ -267,12 +320,12 @@ std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
   }
   auto task = std::make_unique<Task>();
   try {
+    TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
     task->staged = stage(Value(state), *slot, "").dict();
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mu_);
-    slot->busy = false;
-    cv_.notify_all();
-    throw;
+    task->staging_failure = std::current_exception();  // Note [Failed staging]
+    task->staged = StateDict();
+    if (writer == nullptr) writer = std::make_shared<NoWriter>();
   }
   task->writer = std::move(writer);
   task->options = options;

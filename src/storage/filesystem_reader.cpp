@@ -20,8 +20,7 @@ namespace {
 class PosixInputFile : public detail::InputFile {
  public:
   PosixInputFile(const std::string& dir, const std::string& relative)
-      : name_(relative), file_(detail::File::open(detail::join_path(dir, relative), O_RDONLY)),
-        size_(file_.size()) {}
+      : name_(relative), file_(open(dir, relative)), size_(file_.size()) {}
   const std::string& name() const override { return name_; }
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, void* dst, size_t n) const override {
@@ -34,6 +33,11 @@ class PosixInputFile : public detail::InputFile {
   }
 
  private:
+  static detail::File open(const std::string& dir, const std::string& relative) {
+    detail::paths::check_relative_name(relative);
+    return detail::File::open_regular_inside(dir, relative);
+  }
+
   std::string name_;
   detail::File file_;
   uint64_t size_;

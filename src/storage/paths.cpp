@@ -1,6 +1,8 @@
 // On-disk names (see paths.h).
 #include "storage/paths.h"
 
+#include <c10/util/Exception.h>
+
 namespace dcp::detail::paths {
 
 namespace {
@@ -18,6 +20,42 @@ bool is_data_file(const std::string& name) {
   const std::string suffix = kSuffix;
   return name.size() > suffix.size() + 2 && name.compare(0, 2, "__") == 0 &&
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string printable(const std::string& name) {
+  std::string shown;
+  for (unsigned char c : name) {
+    if (c >= 0x20 && c < 0x7f) {
+      shown.push_back(static_cast<char>(c));
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      shown += "\\x";
+      shown.push_back(kHex[c >> 4]);
+      shown.push_back(kHex[c & 15]);
+    }
+  }
+  return shown;
+}
+
+void check_relative_name(const std::string& relative) {
+  const std::string shown = printable(relative);
+  const auto refuse = [&](const char* why) {
+    TORCH_CHECK(false, "data file name '", shown, "' in the checkpoint metadata ", why,
+                ": refusing to open it");
+  };
+  if (relative.empty()) refuse("is empty");
+  if (relative.find('\0') != std::string::npos) refuse("holds a NUL byte");
+  if (relative.front() == '/') refuse("is an absolute path");
+  size_t begin = 0;
+  while (begin <= relative.size()) {
+    size_t end = relative.find('/', begin);
+    if (end == std::string::npos) end = relative.size();
+    const std::string part = relative.substr(begin, end - begin);
+    if (part.empty() || part == "." || part == "..") {
+      refuse("has an empty, '.' or '..' component (it could leave the checkpoint directory)");
+    }
+    begin = end + 1;
+  }
 }
 
 }  // namespace dcp::detail::paths

@@ -17,5 +17,11 @@ std::string data_file(const std::string& prefix, int index);
 std::string probe_file(const std::string& save_id);
 /// Whether `name` is a data file name ("__*_*.distcp").
 bool is_data_file(const std::string& name);
+/// `name` with bytes outside printable ASCII escaped as \xNN, for messages.
+std::string printable(const std::string& name);
+/// Throws unless `relative` (a file name read from a checkpoint's metadata) can only name a
+/// file below the checkpoint directory: not empty, not absolute, no NUL byte, no empty, "." or
+/// ".." component. The message names the entry, with unprintable bytes escaped.
+void check_relative_name(const std::string& relative);
 
 }  // namespace dcp::detail::paths

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "format/torch_save.h"
+#include "storage/paths.h"
 #include "util/error_context.h"
 #include "util/parallel.h"
 
@@ -174,7 +175,8 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
                       options.ranged_reads);
         },
         [&] {
-          return c10::str("reading '", index.fqn, "' from '", info.relative_path, "' [",
+          return c10::str("reading '", index.fqn, "' from '",
+                          paths::printable(info.relative_path), "' [",
                           info.offset, ", ", info.offset + info.length, ")");
         });
   });

@@ -21,6 +21,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 namespace dcp::detail {
@@ -121,8 +122,15 @@ std::vector<RecordRead> schedule_reads(const LoadPlan& plan, const Metadata& met
     TORCH_CHECK(info != metadata.storage_data.end(),
                 "the checkpoint metadata has no storage entry for '", index.fqn, "'",
                 index.offset ? " chunk at " + box_string(*index.offset) : std::string());
+    const StorageInfo& where = info->second;
+    TORCH_CHECK(where.offset >= 0 && where.length >= 0 &&
+                    where.length <= std::numeric_limits<int64_t>::max() - where.offset,
+                "the checkpoint metadata places '", index.fqn, "'",
+                index.offset ? " chunk at " + box_string(*index.offset) : std::string(),
+                " at offset ", where.offset, " length ", where.length, " in '",
+                where.relative_path, "'");
     RecordRead record;
-    record.info = &info->second;
+    record.info = &where;
     record.items = std::move(items);
     records.push_back(std::move(record));
   }
@@ -130,6 +138,16 @@ std::vector<RecordRead> schedule_reads(const LoadPlan& plan, const Metadata& met
     const int c = a.info->relative_path.compare(b.info->relative_path);
     return c != 0 ? c < 0 : a.info->offset < b.info->offset;
   });
+  // Two entries sharing bytes would hand one record to two items.
+  for (size_t k = 1; k < records.size(); ++k) {
+    const StorageInfo& a = *records[k - 1].info;
+    const StorageInfo& b = *records[k].info;
+    TORCH_CHECK(a.relative_path != b.relative_path || a.offset + a.length <= b.offset,
+                "the checkpoint metadata places '", records[k - 1].items.front()->storage_index.fqn,
+                "' at [", a.offset, ", ", a.offset + a.length, ") and '",
+                records[k].items.front()->storage_index.fqn, "' at [", b.offset, ", ",
+                b.offset + b.length, ") of '", a.relative_path, "': the ranges overlap");
+  }
   if (options.prefetch_bytes == 0) return records;
 
   // ahead[w]: announced bytes before record w. Record w may be read once every record j with

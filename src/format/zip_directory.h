@@ -1,0 +1,17 @@
+// Checks a torch.save archive's zip central directory before LibTorch opens it (Note [Declared
+// sizes] in zip_directory.cpp): every size and offset the directory declares must fit inside
+// the archive, because PyTorchStreamReader allocates a record's declared size before reading it
+// (its constructor already reads the 'version' record).
+#pragma once
+
+#include "format/torch_save.h"
+
+namespace dcp::detail {
+
+/// Throws c10::Error naming the archive and the record unless the archive ends with a zip
+/// directory (plain or zip64) whose entries are stored (uncompressed, as torch.save writes
+/// them), each within the archive. Reads only the directory; time and memory are linear in
+/// its size, which is bounded by the archive's.
+void check_zip_directory(const ArchiveSource& source);
+
+}  // namespace dcp::detail

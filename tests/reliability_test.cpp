@@ -1,0 +1,534 @@
+// Regression tests of issue #13 (reliability under bad input and faults), one test per finding,
+// named after it: each failed (crashed, hung or passed wrongly) before its fix.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <caffe2/serialize/inline_container.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dcp/dcp.h"
+#include "format/metadata_codec.h"
+#include "format/pickle.h"
+#include "format/torch_save.h"
+#include "io/file.h"
+#include "planner/planner_helpers.h"
+#include "testing/test_util.h"
+
+namespace dcp {
+namespace {
+
+StateDict small_state() {
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {64, 64}, 1);  // 16 KiB
+  sd["note"] = std::string(8192, 'x');                      // a byte item over 4 KiB
+  sd["step"] = int64_t{7};
+  return sd;
+}
+
+void expect_loads(const StateDict& expected, const std::string& dir) {
+  StateDict out = testing::blank_like(expected);
+  load(out, dir);
+  const std::string diff = testing::describe_difference(Value(expected), Value(out));
+  EXPECT_TRUE(diff.empty()) << diff;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 1: a write error inside a record ended the process (std::terminate).
+
+TEST(Issue13Finding1, ASinkFailingAnywhereInARecordRaises) {
+  const at::Tensor tensor = testing::make_tensor(at::kFloat, {1000}, 3);
+  const Value value = Value(List{Value(std::string(6000, 'v')), Value(tensor)});
+  using Write = std::function<uint64_t(const detail::ByteSink&)>;
+  const std::vector<Write> writes = {
+      [&](const detail::ByteSink& s) { return detail::write_tensor_archive(tensor, s); },
+      [&](const detail::ByteSink& s) { return detail::write_value_archive(value, s); }};
+  for (const Write& write : writes) {
+    const uint64_t size = write([](const void*, size_t) {});
+    for (uint64_t cut : {uint64_t{0}, uint64_t{1}, uint64_t{40}, uint64_t{100}, uint64_t{4096},
+                         size / 2, size - 1}) {
+      uint64_t total = 0;
+      auto failing = [&](const void*, size_t n) {
+        total += n;
+        TORCH_CHECK(total <= cut, "No space left on device (injected)");
+      };
+      try {
+        write(failing);
+        ADD_FAILURE() << "no error with the sink failing after " << cut << " bytes";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("No space left"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// A real OS write error: RLIMIT_FSIZE makes writes past the limit fail with EFBIG, as a full
+// disk fails them with ENOSPC. Every layout and both write paths report it as an error.
+TEST(Issue13Finding1, AFileSizeLimitFailsTheSaveWithAnError) {
+  testing::TempDir dir;
+  const StateDict sd = small_state();
+  save(sd, dir.sub("old"));
+  struct sigaction ignore {}, previous {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &previous);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  int k = 0;
+  for (bool direct : {true, false}) {
+    for (bool single_file : {true, false}) {
+      FileSystemWriterOptions o;
+      o.direct_io = direct;
+      o.single_file_per_rank = single_file;
+      FileSystemWriter writer(dir.sub("new" + std::to_string(k++)), o);
+      rlimit small = saved;
+      small.rlim_cur = 6000;  // inside the 8 KiB byte item and the 16 KiB tensor
+      setrlimit(RLIMIT_FSIZE, &small);
+      std::string message;
+      try {
+        save(sd, writer);
+      } catch (const c10::Error& e) {
+        message = e.what();
+      }
+      setrlimit(RLIMIT_FSIZE, &saved);
+      EXPECT_NE(message.find("File too large"), std::string::npos)
+          << "direct " << direct << ", single file " << single_file << ": " << message;
+      EXPECT_FALSE(std::filesystem::exists(writer.path() + "/.metadata"));
+    }
+  }
+  sigaction(SIGXFSZ, &previous, nullptr);
+  expect_loads(sd, dir.sub("old"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 2: relative_path from '.metadata' was joined unchecked.
+
+// Saves small_state() into `dir`/c and rewrites its '.metadata' with every data file name
+// replaced by `name`.
+void point_metadata_at(const testing::TempDir& dir, const std::string& name) {
+  save(small_state(), dir.sub("c"));
+  Metadata md = FileSystemReader(dir.sub("c")).read_metadata();
+  for (auto& [index, info] : md.storage_data) info.relative_path = name;
+  const std::string bytes = detail::encode_metadata(md);
+  detail::File f = detail::File::open(dir.sub("c/.metadata"), O_WRONLY | O_TRUNC);
+  f.write_all(bytes.data(), bytes.size());
+}
+
+std::string load_error(const std::string& checkpoint) {
+  StateDict out = testing::blank_like(small_state());
+  try {
+    load(out, checkpoint);
+  } catch (const c10::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Issue13Finding2, DataFileNamesCannotLeaveTheCheckpointDirectory) {
+  struct Case {
+    std::string name;      // what .metadata names
+    std::string expected;  // in the error
+  };
+  testing::TempDir probe;
+  const std::string outside = probe.sub("outside");
+  const std::vector<Case> cases = {
+      {"../outside/__0_0.distcp", "'..' component"},
+      {"sub/../../outside/__0_0.distcp", "'..' component"},
+      {"/dev/zero", "is an absolute path"},
+      {outside + "/__0_0.distcp", "is an absolute path"},
+      {std::string("__0_0.distcp\0../x", 17), "holds a NUL byte"},
+      {"", "is empty"},
+      {"fifo.distcp", "is not a regular file"},
+      {"link.distcp", "outside the checkpoint directory"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    testing::TempDir dir;
+    // A real checkpoint outside, so that an escaping name would find valid records.
+    save(small_state(), dir.sub("outside"));
+    point_metadata_at(dir, c.name == outside + "/__0_0.distcp"
+                               ? dir.sub("outside/__0_0.distcp")
+                               : c.name);
+    ASSERT_EQ(mkfifo(dir.sub("c/fifo.distcp").c_str(), 0644), 0);
+    std::filesystem::create_symlink(dir.sub("outside/__0_0.distcp"), dir.sub("c/link.distcp"));
+    const std::string message = load_error(dir.sub("c"));
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_NE(message.find("reading '"), std::string::npos) << message;  // names the entry
+  }
+}
+
+TEST(Issue13Finding2, ASymlinkThatStaysInsideLoads) {
+  testing::TempDir dir;
+  point_metadata_at(dir, "alias.distcp");
+  std::filesystem::create_symlink("__0_0.distcp", dir.sub("c/alias.distcp"));
+  expect_loads(small_state(), dir.sub("c"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 3: staging failing on one rank left the other ranks' background saves waiting.
+
+// Waits for `future` at most `seconds`; a hang ends the test binary with a message (threads
+// stuck in a collective could not be joined).
+void wait_bounded(const AsyncSaveFuture& future, int seconds, const char* what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!future.done()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "HANG: %s did not finish within %d s\n", what, seconds);
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+TEST(Issue13Finding3, AStagingFailureOnOneRankReachesEveryRanksFuture) {
+  testing::TempDir dir;
+  std::vector<std::string> messages(3);
+  std::vector<bool> next_ok(3, false);
+  run_in_process(3, [&](Communicator& comm) {
+    auto stager = std::make_shared<DefaultStager>();
+    AsyncSaveOptions options;
+    options.comm = &comm;
+    options.stager = stager;
+    StateDict sd;
+    sd["w"] = comm.rank() == 1 ? at::Tensor() : at::ones({4});  // undefined on rank 1
+    AsyncSaveFuture failed = async_save(sd, dir.sub("bad"), options);
+    wait_bounded(failed, 60, "a save with a failed staging");
+    try {
+      failed.get();
+    } catch (const c10::Error& e) {
+      messages[comm.rank()] = e.what();
+    }
+    // The stager and the communicator stay usable.
+    sd["w"] = at::ones({4});
+    AsyncSaveFuture good = async_save(sd, dir.sub("good"), options);
+    wait_bounded(good, 60, "the next save");
+    good.get();
+    next_ok[comm.rank()] = true;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(messages[r].find("failed on rank 1 of 3"), std::string::npos) << messages[r];
+    EXPECT_NE(messages[r].find("async_save staging"), std::string::npos) << messages[r];
+    EXPECT_TRUE(next_ok[r]);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.sub("bad/.metadata")));
+}
+
+TEST(Issue13Finding3, AStagingFailureAloneFailsTheFutureNotTheCall) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = at::Tensor();
+  AsyncSaveFuture f = async_save(sd, dir.sub("c"));
+  EXPECT_THROW(f.get(), c10::Error);
+  AsyncSaveFuture none = async_save(sd, std::shared_ptr<StorageWriter>());
+  try {
+    none.get();
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no storage writer"), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 5: async_save staged values whose paths encoded alike into one buffer.
+
+TEST(Issue13Finding5, ValuesAtPlacesThatUsedToEncodeAlikeKeepTheirOwnBuffers) {
+  const at::Tensor t1 = testing::make_tensor(at::kFloat, {8}, 1);
+  const at::Tensor t2 = testing::make_tensor(at::kFloat, {8}, 2);
+  std::vector<StateDict> states(3);
+  states[0]["a/b"] = t1;
+  states[0]["a"] = Dict{};
+  states[0]["a"].dict()["b"] = t2;
+  states[1][Key(int64_t{0})] = t1;
+  states[1]["#0"] = t2;
+  states[2]["x"] = List{Value(t1)};
+  states[2]["x[0]"] = t2;
+  auto stager = std::make_shared<DefaultStager>();
+  for (size_t k = 0; k < states.size(); ++k) {
+    SCOPED_TRACE(k);
+    testing::TempDir dir;
+    AsyncSaveOptions options;
+    options.stager = stager;  // buffers reused across the three saves, as in training
+    async_save(states[k], dir.sub("c"), options).get();
+    expect_loads(states[k], dir.sub("c"));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Findings 6 and 7: sizes from '.metadata' overflowed, and bad chunk geometry loaded
+// "successfully" with the destination unfilled or shifted.
+
+// Saves `sd` into `dir`/c, applies `edit` to its metadata and writes it back.
+void save_and_edit(const testing::TempDir& dir, const StateDict& sd,
+                   const std::function<void(Metadata&)>& edit) {
+  save(sd, dir.sub("c"));
+  Metadata md = FileSystemReader(dir.sub("c")).read_metadata();
+  edit(md);
+  const std::string bytes = detail::encode_metadata(md);
+  detail::File f = detail::File::open(dir.sub("c/.metadata"), O_WRONLY | O_TRUNC);
+  f.write_all(bytes.data(), bytes.size());
+}
+
+TensorStorageMetadata& tensor_entry(Metadata& md, const std::string& fqn) {
+  return std::get<TensorStorageMetadata>(md.state_dict_metadata.at(fqn));
+}
+
+// Moves chunk `fqn`@old_offsets to new_offsets in both the chunk list and storage_data.
+void move_chunk(Metadata& md, const std::string& fqn, const std::vector<int64_t>& old_offsets,
+                const std::vector<int64_t>& new_offsets) {
+  for (auto& c : tensor_entry(md, fqn).chunks) {
+    if (c.offsets == old_offsets) c.offsets = new_offsets;
+  }
+  auto node = md.storage_data.extract(MetadataIndex(fqn, old_offsets));
+  node.key().offset = new_offsets;
+  md.storage_data.insert(std::move(node));
+}
+
+TEST(Issue13Finding7, BadChunkGeometryIsAnErrorNamingKeyAndChunk) {
+  StateDict sd;
+  sd["w"] = zeros_sharded({8, 4}, at::kFloat, {2}, 0, {Placement::Shard(0)});
+  sd["w"].get<ShardedTensor>().local_shards()[0].tensor.copy_(
+      testing::make_tensor(at::kFloat, {4, 4}, 1));
+  StateDict dest;
+  dest["w"] = at::zeros({8, 4});
+  struct Case {
+    const char* name;
+    std::function<void(Metadata&)> edit;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"chunk outside the tensor", [](Metadata& md) { move_chunk(md, "w", {0, 0}, {6, 0}); },
+       "leaves the tensor's shape"},
+      {"negative offset", [](Metadata& md) { move_chunk(md, "w", {0, 0}, {-2, 0}); },
+       "leaves the tensor's shape"},
+      {"negative size",
+       [](Metadata& md) { tensor_entry(md, "w").chunks[0].sizes = {-4, 4}; }, "negative"},
+      {"no chunks", [](Metadata& md) { tensor_entry(md, "w").chunks.clear(); },
+       "chunks cover 0 of 32 elements"},
+      {"a chunk short", [](Metadata& md) { tensor_entry(md, "w").chunks[0].sizes = {3, 4}; },
+       "chunks cover 12 of 32 elements"},
+  };
+  // The save above holds only rank 0's half; saving it alone (one rank) is a valid
+  // partial checkpoint, which a whole-tensor load must refuse too.
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    testing::TempDir dir;
+    save_and_edit(dir, sd, c.edit);
+    StateDict out = dest;
+    out["w"] = at::zeros({8, 4});
+    try {
+      load(out, dir.sub("c"));
+      ADD_FAILURE() << "loaded";
+    } catch (const c10::ValueError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(c.expected), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(Issue13Finding7, TwoEntriesOnTheSameBytesAndBytesForATensorAreErrors) {
+  StateDict sd;
+  sd["a"] = testing::make_tensor(at::kFloat, {16}, 1);
+  sd["b"] = testing::make_tensor(at::kFloat, {16}, 2);
+  sd["s"] = std::string("text");
+  {
+    testing::TempDir dir;
+    save_and_edit(dir, sd, [](Metadata& md) {
+      md.storage_data[MetadataIndex("b", std::vector<int64_t>{0})] =
+          md.storage_data.at(MetadataIndex("a", std::vector<int64_t>{0}));
+    });
+    StateDict out = testing::blank_like(sd);
+    try {
+      load(out, dir.sub("c"));
+      ADD_FAILURE() << "loaded";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the ranges overlap"), std::string::npos) << e.what();
+    }
+  }
+  {
+    testing::TempDir dir;
+    save(sd, dir.sub("c"));
+    StateDict out = testing::blank_like(sd);
+    out["s"] = at::zeros({3});  // a tensor where the checkpoint holds a string
+    EXPECT_THROW(load(out, dir.sub("c")), c10::TypeError);
+  }
+  {
+    testing::TempDir dir;
+    save_and_edit(dir, sd, [](Metadata& md) {
+      md.storage_data.at(MetadataIndex("a", std::vector<int64_t>{0})).offset = -64;
+    });
+    StateDict out = testing::blank_like(sd);
+    try {
+      load(out, dir.sub("c"));
+      ADD_FAILURE() << "loaded";
+    } catch (const c10::Error& e) {
+      // Refused when the metadata is decoded, before any read is planned.
+      EXPECT_NE(std::string(e.what()).find("'a' has a negative offset"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(Issue13Finding6, OverflowingChunkGeometryIsRefused) {
+  const int64_t big = int64_t{1} << 62;
+  struct Case {
+    const char* name;
+    std::vector<int64_t> offsets, sizes;
+  };
+  // Each wrapped around int64 before the fix and passed the bounds or volume checks.
+  const std::vector<Case> cases = {
+      {"offset + size", {INT64_MAX - 1, 0}, {4, 4}},
+      {"volume", {0, 0}, {big, 8}},
+  };
+  TensorStorageMetadata t;
+  t.size = {big, 8};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    t.chunks = {ChunkStorageMetadata{c.offsets, c.sizes}};
+    std::string problem = detail::validate_chunks("w", t, true);
+    EXPECT_FALSE(problem.empty());
+  }
+  t.size = {big, 16};  // the tensor's own volume overflows
+  t.chunks = {ChunkStorageMetadata{{0, 0}, {1, 16}}};
+  EXPECT_NE(detail::validate_chunks("w", t, true).find("overflows"), std::string::npos);
+}
+
+// An in-memory archive.
+class StringSource : public detail::ArchiveSource {
+ public:
+  explicit StringSource(std::string bytes) : bytes_(std::move(bytes)) {}
+  uint64_t size() const override { return bytes_.size(); }
+  void read(uint64_t offset, void* dst, size_t n) const override {
+    TORCH_CHECK(offset <= bytes_.size() && n <= bytes_.size() - offset, "read past the end");
+    std::memcpy(dst, bytes_.data() + offset, n);
+  }
+  std::string describe() const override { return "'test' [0, " + std::to_string(size()) + ")"; }
+
+ private:
+  std::string bytes_;
+};
+
+// A tensor record whose data.pkl says sizes (3, 3) and strides (2^62, 2^62) over a 16-byte
+// storage: the last element's index, 2 * 2^62 + 2 * 2^62 = 2^64, wrapped to 0.
+std::string overflowing_view_archive() {
+  namespace pickle = detail::pickle;
+  pickle::Writer w;
+  w.global("torch._utils", "_rebuild_tensor_v2");
+  w.mark();
+  w.mark();
+  w.str("storage");
+  w.global("torch", "FloatStorage");
+  w.str("0");
+  w.str("cpu");
+  w.integer(4);
+  w.tuple_from_mark();
+  w.binpersid();
+  w.integer(0);
+  w.begin_tuple(2);
+  w.integer(3);
+  w.integer(3);
+  w.end_tuple(2);
+  w.begin_tuple(2);
+  w.integer(int64_t{1} << 62);
+  w.integer(int64_t{1} << 62);
+  w.end_tuple(2);
+  w.boolean(false);
+  w.global("collections", "OrderedDict");
+  w.empty_tuple();
+  w.reduce();
+  w.tuple_from_mark();
+  w.reduce();
+  const std::string pkl = w.finish();
+  std::string out;
+  {
+    caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t n) -> size_t {
+      if (data != nullptr) out.append(static_cast<const char*>(data), n);
+      else out.append(n, '\0');
+      return n;
+    });
+    zip.writeRecord("data.pkl", pkl.data(), pkl.size());
+    zip.writeRecord("byteorder", "little", 6);
+    const float storage[4] = {1, 2, 3, 4};
+    zip.writeRecord("data/0", storage, sizeof(storage));
+    zip.writeEndOfFile();
+  }
+  return out;
+}
+
+TEST(Issue13Finding6, AViewWhoseExtentOverflowsIsRefused) {
+  const StringSource source(overflowing_view_archive());
+  try {
+    detail::read_tensor_record(source);
+    ADD_FAILURE() << "accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor view reaches past its storage"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 8: a zip directory declaring a huge data.pkl made LibTorch allocate it.
+
+TEST(Issue13Finding8, DeclaredRecordSizesAreBoundedByTheItem) {
+  std::string bytes;
+  detail::write_value_archive(Value(std::string("hello")),
+                              [&](const void* d, size_t n) {
+                                bytes.append(static_cast<const char*>(d), n);
+                              });
+  // Declare archive/data.pkl deflated to 3.75 GiB in the central directory (miniz accepts
+  // that; LibTorch would allocate it).
+  const std::string name = "archive/data.pkl";
+  size_t patched = 0;
+  for (size_t at = bytes.find("PK\x01\x02"); at != std::string::npos;
+       at = bytes.find("PK\x01\x02", at + 4)) {
+    uint16_t name_length;
+    std::memcpy(&name_length, bytes.data() + at + 28, 2);
+    if (bytes.compare(at + 46, name_length, name) != 0) continue;
+    const uint32_t huge = 0xF0000000u;
+    const uint16_t deflate = 8;
+    std::memcpy(&bytes[at + 10], &deflate, 2);  // method
+    std::memcpy(&bytes[at + 24], &huge, 4);     // uncompressed size
+    ++patched;
+  }
+  ASSERT_EQ(patched, 1u);
+  const StringSource source(bytes);
+  try {
+    detail::read_value_archive(source);
+    ADD_FAILURE() << "accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("record 'archive/data.pkl' is compressed"),
+              std::string::npos)
+        << e.what();
+  }
+  // Stored, but larger than the item.
+  for (size_t at = bytes.find("PK\x01\x02"); at != std::string::npos;
+       at = bytes.find("PK\x01\x02", at + 4)) {
+    const uint16_t stored = 0;
+    std::memcpy(&bytes[at + 10], &stored, 2);
+    const uint32_t huge = 0xF0000000u;
+    if (bytes.compare(at + 46, name.size(), name) == 0) std::memcpy(&bytes[at + 20], &huge, 4);
+  }
+  try {
+    detail::read_value_archive(StringSource(bytes));
+    ADD_FAILURE() << "accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("declares 4026531840 bytes, more than the item's"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dcp
