@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <caffe2/serialize/inline_container.h>
 
 #include <chrono>
@@ -526,6 +528,98 @@ TEST(Issue13Finding8, DeclaredRecordSizesAreBoundedByTheItem) {
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("declares 4026531840 bytes, more than the item's"),
               std::string::npos)
+        << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 4: small pickles that share objects through the memo expanded without bound.
+
+// A torch.save archive holding `pkl` as data.pkl (and no storages).
+std::string archive_of(const std::string& pkl) {
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t n) -> size_t {
+    if (data != nullptr) out.append(static_cast<const char*>(data), n);
+    else out.append(n, '\0');
+    return n;
+  });
+  zip.writeRecord("data.pkl", pkl.data(), pkl.size());
+  zip.writeRecord("byteorder", "little", 6);
+  zip.writeEndOfFile();
+  return out;
+}
+
+TEST(Issue13Finding4, AMemoSharedDagIsRefusedQuickly) {
+  // x = []; 64 times: x = [x, x]. Python's torch.load shares the lists; a tree of Values
+  // would hold 2^64 of them.
+  using namespace std::string_literals;  // the opcodes hold NUL bytes
+  std::string pkl = "\x80\x02]q\x00" "0"s;
+  for (int k = 0; k < 64; ++k) pkl += "](h\x00h\x00" "eq\x00" "0"s;
+  pkl += "h\x00."s;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    detail::read_value_archive(StringSource(archive_of(pkl)));
+    ADD_FAILURE() << "accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expands to more than"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  // A modest sharing, as Python's pickler produces for a repeated object, still loads.
+  const std::string shared = "\x80\x02X\x03\x00\x00\x00" "abcq\x00" "0](h\x00h\x00h\x00" "e."s;
+  const Value v = detail::read_value_archive(StringSource(archive_of(shared)));
+  EXPECT_EQ(v, Value(List{Value("abc"), Value("abc"), Value("abc")}));
+}
+
+TEST(Issue13Finding4, SparseMemoIndicesCostMemoryLinearInTheInput) {
+  // 200,000 LONG_BINPUTs, each 1023 past the last: the dense memo grew by 8 KiB per 5 input
+  // bytes (1.6 GB here). Run in a child under an address-space limit of 512 MiB above now.
+  std::string pkl = "\x80\x02N";  // no NUL: a plain literal is whole
+  for (uint32_t k = 0; k < 200000; ++k) {
+    const uint32_t index = k * 1023;
+    pkl += 'r';
+    pkl.append(reinterpret_cast<const char*>(&index), 4);
+  }
+  pkl += '.';
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit as{};
+    getrlimit(RLIMIT_AS, &as);
+    long vm_kib = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      long pages = 0;
+      if (std::fscanf(f, "%ld", &pages) == 1) vm_kib = pages * (sysconf(_SC_PAGESIZE) / 1024);
+      std::fclose(f);
+    }
+    as.rlim_cur = static_cast<rlim_t>(vm_kib + (512 << 10)) * 1024;
+    setrlimit(RLIMIT_AS, &as);
+    try {
+      detail::pickle::unpickle(pkl, "test");
+      std::_Exit(0);
+    } catch (const std::bad_alloc&) {
+      std::_Exit(2);
+    } catch (...) {
+      std::_Exit(3);
+    }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: out of memory, 3: another error";
+}
+
+TEST(Issue13Finding4, MetadataTensorsHaveAtMost64Dimensions) {
+  Metadata md;
+  TensorStorageMetadata t;
+  t.size = std::vector<int64_t>(65, 1);
+  t.chunks = {ChunkStorageMetadata{std::vector<int64_t>(65, 0), std::vector<int64_t>(65, 1)}};
+  md.state_dict_metadata["w"] = t;
+  const std::string bytes = detail::encode_metadata(md);
+  try {
+    detail::decode_metadata(bytes.data(), bytes.size(), "test");
+    ADD_FAILURE() << "accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("65 dimensions; at most 64"), std::string::npos)
         << e.what();
   }
 }

@@ -248,7 +248,9 @@ using pickle::ObjectPtr;
 // Checks build no message unless they fail: a '.metadata' holds millions of values.
 class Decoder {
  public:
-  explicit Decoder(const std::string& source) : source_(source) {}
+  // `input_bytes`: the pickle's size, which sets the expansion budget.
+  Decoder(const std::string& source, size_t input_bytes)
+      : source_(source), budget_(kExpansionSlack + kExpansionPerByte * input_bytes) {}
 
   Metadata decode(ObjectPtr root) {
     expect_instance(root, kMetadataModule, "Metadata", "the root object");
@@ -331,8 +333,25 @@ class Decoder {
         " state");
   }
 
+  // Note [Expansion budget] (format/torch_save.cpp): the pickle memo lets a small file refer
+  // to one large torch.Size or string from many places; each copy made here is charged, and
+  // decoding stops at kExpansionPerByte bytes per input byte plus kExpansionSlack.
+  static constexpr uint64_t kExpansionPerByte = 64;
+  static constexpr uint64_t kExpansionSlack = uint64_t{64} << 20;
+  // At most this many dimensions per tensor (PyTorch's own kernels stop at 25).
+  static constexpr size_t kMaxDims = 64;
+  void charge(uint64_t bytes) const {
+    spent_ += bytes;
+    if (spent_ > budget_) {
+      fail("the metadata expands to more than ", budget_, " bytes (", kExpansionPerByte,
+           " per input byte + 64 MiB): objects shared through the pickle memo are copied per "
+           "reference");
+    }
+  }
+
   std::string as_str(ObjectPtr o, const char* what) const {
     if (o->kind != Kind::Str) fail(what, " should be a str, found ", describe(o));
+    charge(32 + o->str().size());
     return std::string(o->str());
   }
   int64_t as_int(ObjectPtr o, const char* what) const {
@@ -354,6 +373,11 @@ class Decoder {
     if (seq->kind != Kind::Tuple && seq->kind != Kind::List) {
       fail(what, " '", fqn, "' should be a torch.Size, found ", describe(o));
     }
+    if (seq->items().size() > kMaxDims) {
+      fail(what, " '", fqn, "' has ", seq->items().size(), " dimensions; at most ", kMaxDims,
+           " are supported");
+    }
+    charge(8 * (seq->items().size() + 1));
     std::vector<int64_t> dims(seq->items().size());
     for (size_t k = 0; k < dims.size(); ++k) {
       const ObjectPtr item = seq->items()[k];
@@ -596,6 +620,7 @@ class Decoder {
       if (key->kind != Kind::Str || path->kind != Kind::Tuple) return std::nullopt;
       ObjectPath p;
       for (const ObjectPtr item : path->items()) {
+        charge(32 + (item->kind == Kind::Str ? item->str().size() : 0));
         if (item->kind == Kind::Str) p.emplace_back(std::string(item->str()));
         else if (item->kind == Kind::Int) p.emplace_back(item->i());
         else return std::nullopt;
@@ -606,6 +631,8 @@ class Decoder {
   }
 
   const std::string& source_;
+  const uint64_t budget_;       // Note [Expansion budget]
+  mutable uint64_t spent_ = 0;
 };
 
 }  // namespace
@@ -615,7 +642,7 @@ std::string encode_metadata(const Metadata& metadata) { return Encoder().encode(
 Metadata decode_metadata(const char* data, size_t size, const std::string& source) {
   // The tree dies before this returns, so it may point into the caller's bytes.
   const pickle::Tree tree = pickle::unpickle_view(data, size, source);
-  return Decoder(source).decode(tree.root());
+  return Decoder(source, size).decode(tree.root());
 }
 
 }  // namespace dcp::detail

@@ -179,7 +179,10 @@ class Machine {
     check(!stack_.empty(), "memo store from an empty stack");
     check(index < (uint64_t{1} << 32), "memo index too large");
     const auto key = static_cast<uint32_t>(index);
-    if (index < memo_.size() + 1024) {
+    // The dense vector grows only while it stays within a constant factor of the keys stored:
+    // LONG_BINPUT with ever larger indices would otherwise cost 8 KiB per 5 input bytes.
+    if (index < memo_.size() ||
+        (index < memo_.size() + 1024 && index < 4 * (memo_count_ + 1) + 1024)) {
       if (index >= memo_.size()) memo_.resize(index + 1, nullptr);
       const bool was_sparse = !sparse_memo_.empty() && sparse_memo_.erase(key) > 0;
       if (memo_[index] == nullptr && !was_sparse) ++memo_count_;

@@ -212,6 +212,7 @@ class ArchiveReader {
       }
       auto [ptr, n] = reader_->getRecord("data.pkl");
       pkl.assign(static_cast<const char*>(ptr.get()), n);
+      budget_ = kExpansionSlack + kExpansionPerByte * n;
     });
     check(order == "little", "byte order '", order, "' is not supported");
     tree_.emplace(pickle::unpickle(std::move(pkl), source_.describe() + " data.pkl"));
@@ -337,6 +338,7 @@ class ArchiveReader {
 
   Value value(const ObjectPtr& o, int depth) {
     check(depth < kMaxValueDepth, "value nested deeper than ", kMaxValueDepth, " levels");
+    charge(sizeof(Value) + (o->kind == Kind::Str || o->kind == Kind::Bytes ? o->str().size() : 0));
     switch (o->kind) {
       case Kind::None: return None{};
       case Kind::Bool: return o->b;
@@ -370,6 +372,20 @@ class ArchiveReader {
   }
 
  private:
+  // Note [Expansion budget]: a pickle shares objects through its memo, so a small data.pkl can
+  // describe a DAG (x = [x, x], 64 times) whose tree of Values is astronomically large;
+  // Python shares the objects, dcp::Value cannot. Every Value built is charged (its size, and
+  // a string's bytes) against a budget linear in data.pkl's size; beyond it the record is
+  // refused. Bound: kExpansionPerByte x data.pkl bytes + kExpansionSlack.
+  static constexpr uint64_t kExpansionPerByte = 64;
+  static constexpr uint64_t kExpansionSlack = uint64_t{64} << 20;
+  void charge(uint64_t bytes) {
+    spent_ += bytes;
+    check(spent_ <= budget_, "the value expands to more than ", budget_,
+          " bytes of objects (", kExpansionPerByte, " per data.pkl byte + 64 MiB): objects ",
+          "shared through the pickle memo are copied per reference in dcp");
+  }
+
   std::vector<int64_t> int_list(const ObjectPtr& o, const char* what) const {
     check(o->kind == Kind::Tuple || o->kind == Kind::List, what, " is not a tuple");
     std::vector<int64_t> out;
@@ -424,6 +440,8 @@ class ArchiveReader {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
   std::optional<pickle::Tree> tree_;  // set by the constructor
   std::map<std::string, at::Tensor> storages_;
+  uint64_t budget_ = 0;  // Note [Expansion budget]
+  uint64_t spent_ = 0;
 };
 
 }  // namespace
