@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <caffe2/serialize/inline_container.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -622,6 +623,92 @@ TEST(Issue13Finding4, MetadataTensorsHaveAtMost64Dimensions) {
     EXPECT_NE(std::string(e.what()).find("65 dimensions; at most 64"), std::string::npos)
         << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 9: two saves into one directory both "succeeded", and a failed re-save left no
+// checkpoint at all.
+
+// Signals when its write_data starts, then waits for `go` before writing.
+class GatedWriter : public StorageWriterWrapper {
+ public:
+  GatedWriter(std::shared_ptr<StorageWriter> target, std::atomic<bool>* writing,
+              std::atomic<bool>* go)
+      : StorageWriterWrapper(std::move(target)), writing_(writing), go_(go) {}
+  std::future<std::vector<WriteResult>> write_data(const SavePlan& plan,
+                                                   SavePlanner& planner) override {
+    *writing_ = true;
+    while (!*go_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return StorageWriterWrapper::write_data(plan, planner);
+  }
+
+ private:
+  std::atomic<bool>* writing_;
+  std::atomic<bool>* go_;
+};
+
+TEST(Issue13Finding9, OfTwoSavesIntoOneDirectoryAtOnceExactlyOneCommits) {
+  testing::TempDir dir;
+  StateDict a, b;
+  a["w"] = testing::make_tensor(at::kFloat, {256}, 1);
+  b["w"] = testing::make_tensor(at::kFloat, {256}, 2);
+  for (bool resave : {false, true}) {
+    SCOPED_TRACE(resave ? "into an existing checkpoint" : "into a fresh directory");
+    const std::string ckpt = dir.sub(resave ? "existing" : "fresh");
+    if (resave) save(b, ckpt);
+    std::atomic<bool> writing{false}, go{false};
+    std::thread first([&] {
+      GatedWriter gated(std::make_shared<FileSystemWriter>(ckpt), &writing, &go);
+      save(a, gated);
+    });
+    while (!writing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::string second_error;
+    try {
+      save(b, ckpt);  // while the first holds the directory
+    } catch (const c10::Error& e) {
+      second_error = e.what();
+    }
+    go = true;
+    first.join();
+    EXPECT_NE(second_error.find("another save is writing checkpoint"), std::string::npos)
+        << second_error;
+    expect_loads(a, ckpt);  // the first one's, whole
+    save(b, ckpt);          // and the directory is free again
+    expect_loads(b, ckpt);
+    for (const auto& name : detail::list_directory(ckpt)) {
+      EXPECT_TRUE(name == ".metadata" || name.find(".distcp") != std::string::npos) << name;
+    }
+  }
+}
+
+TEST(Issue13Finding9, AResaveThatRunsOutOfSpaceKeepsThePreviousCheckpoint) {
+  testing::TempDir dir;
+  const StateDict old_state = small_state();
+  save(old_state, dir.sub("c"));
+  const std::vector<std::string> old_files = detail::list_directory(dir.sub("c"));
+  StateDict new_state = small_state();
+  new_state["w"] = testing::make_tensor(at::kFloat, {64, 64}, 9);
+  struct sigaction ignore {}, previous {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &previous);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  for (bool direct : {true, false}) {
+    FileSystemWriterOptions o;
+    o.direct_io = direct;
+    FileSystemWriter writer(dir.sub("c"), o);
+    rlimit small = saved;
+    small.rlim_cur = 6000;
+    setrlimit(RLIMIT_FSIZE, &small);
+    EXPECT_THROW(save(new_state, writer), c10::Error);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    expect_loads(old_state, dir.sub("c"));
+    // Nothing of the failed save stays where it could be removed.
+    EXPECT_EQ(detail::list_directory(dir.sub("c")).size(), old_files.size());
+  }
+  sigaction(SIGXFSZ, &previous, nullptr);
+  save(new_state, dir.sub("c"));
+  expect_loads(new_state, dir.sub("c"));
 }
 
 }  // namespace

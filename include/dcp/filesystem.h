@@ -2,20 +2,29 @@
 // layout ('.metadata' plus '__{rank}_{n}.distcp'), on a local or shared (NFS/Lustre-style)
 // file system. Python's FileSystemWriter/FileSystemReader read and write the same directories.
 //
-// Commit protocol (docs/format.md): data files are written and fsynced under their final names;
-// then the coordinator writes '.metadata' to a temporary name, fsyncs it, renames it over
-// '.metadata' and fsyncs the directory. A checkpoint exists exactly when '.metadata' does.
+// Commit protocol (docs/format.md): data files are written and fsynced under their final names
+// (unique to the save when the directory already holds a checkpoint); then the coordinator
+// writes '.metadata' to a temporary name, fsyncs it, renames it over '.metadata' and fsyncs the
+// directory, and only then removes the files of the checkpoint it replaced. A checkpoint exists
+// exactly when '.metadata' does; a re-save that fails leaves the previous one loadable; of two
+// saves into one directory at the same time, the second fails before writing.
 //
 // Thread-safety: one instance per rank, driven from one thread (see dcp/storage.h).
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dcp/storage.h"
 
 namespace dcp {
+namespace detail {
+class DirectoryLock;
+struct FileBucket;
+}  // namespace detail
 
 struct FileSystemWriterOptions {
   /// One file per IO thread and rank ('__{rank}_{thread}.distcp'); false: one file per item.
@@ -29,9 +38,9 @@ struct FileSystemWriterOptions {
   /// cache pollution). Where the file system refuses O_DIRECT, writes are buffered, as with
   /// false.
   bool direct_io = true;
-  /// Allow saving into a directory that already holds a checkpoint. The old '.metadata' is
-  /// removed before any data file is rewritten, so a failed re-save leaves no checkpoint rather
-  /// than a corrupt one.
+  /// Allow saving into a directory that already holds a checkpoint. The old checkpoint stays
+  /// loadable until the new one commits (the new data files get names unique to the save);
+  /// then the old files are removed.
   bool overwrite = true;
   /// With more than one rank, verify before writing that every rank sees the same directory
   /// (the coordinator writes a probe file that all ranks must read back). Turn off only for
@@ -62,12 +71,20 @@ class FileSystemWriter : public StorageWriter {
   bool sees_visibility_probe(const std::string& probe) override;
   void remove_visibility_probe(const std::string& probe) override;
   std::string visibility_probe_advice() override;
+  void abort() override;
 
  private:
+  std::vector<WriteResult> write_file(const std::string& file_path,
+                                      const detail::FileBucket& bucket, SavePlanner& planner);
+
   std::string path_;
   FileSystemWriterOptions options_;
   std::string save_id_;
   bool is_coordinator_ = false;
+  std::unique_ptr<detail::DirectoryLock> lock_;  // the coordinator's (Note [Re-save])
+  std::vector<std::string> prefixes_;              // the coordinator's: this save's file prefixes
+  std::mutex written_mu_;
+  std::vector<std::string> written_;  // data files this rank wrote in this save; guarded by written_mu_
 };
 
 struct FileSystemReaderOptions {

@@ -62,6 +62,7 @@ class MemoryWriter : public StorageWriter {
   MemoryStorage& storage_;
   std::string checkpoint_id_;
   MemoryWriterOptions options_;
+  std::vector<std::string> prefixes_;  // the coordinator's: this save's file prefixes
 };
 
 /// Reads a checkpoint from a MemoryStorage (not owned; it must outlive the reader).

@@ -34,6 +34,7 @@ struct WriteResult {
 ///   coordinator: prepare_global_plan(plans)           (assigns each rank's file prefix)
 ///   all ranks:   write_data(plan, planner)            -> future of results
 ///   coordinator: finish(metadata, all_results)        (commits the checkpoint)
+///   all ranks:   abort()                              (only when the save failed, on any rank)
 /// The metadata given to finish is complete: storage_data already holds every rank's results.
 /// Not thread-safe: each rank drives it from one thread.
 class StorageWriter {
@@ -63,6 +64,10 @@ class StorageWriter {
   /// What to tell the user when some rank cannot see the probe: how this backend's storage
   /// must be set up, and how to turn the check off. Appended to the error.
   virtual std::string visibility_probe_advice() { return ""; }
+  /// The save failed (on this rank or another): release what it holds and remove what it wrote
+  /// that no committed checkpoint references. Called on every rank, once, before the save's
+  /// error is rethrown. Never throws.
+  virtual void abort() {}
 };
 
 /// Reads one checkpoint; one instance per rank. dcp::load calls, in order:
@@ -109,6 +114,7 @@ class StorageWriterWrapper : public StorageWriter {
   bool sees_visibility_probe(const std::string& probe) override;
   void remove_visibility_probe(const std::string& probe) override;
   std::string visibility_probe_advice() override;
+  void abort() override;
 
  protected:
   StorageWriter& target() { return *target_; }

@@ -71,6 +71,24 @@ File File::open(const std::string& path, int flags, mode_t mode) {
   return File(fd, path);
 }
 
+File::Lock File::try_lock() {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 0;  // the whole file
+  int rc;
+  do {
+    rc = ::fcntl(fd_, F_OFD_SETLK, &fl);
+  } while (rc != 0 && errno == EINTR);
+  if (rc == 0) return Lock::kLocked;
+  if (errno == EAGAIN || errno == EACCES) return Lock::kBusy;
+  if (errno == ENOLCK || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+    return Lock::kUnsupported;
+  }
+  throw_errno("locking", path_, errno);
+}
+
 File File::open_regular_inside(const std::string& dir, const std::string& relative) {
   const std::string path = join_path(dir, relative);
   // O_NONBLOCK: opening a FIFO must not wait for a writer; regular files ignore it.

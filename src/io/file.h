@@ -62,6 +62,12 @@ class File {
   /// (posix_fadvise WILLNEED) and returns without waiting. Only a hint: failures are ignored.
   void advise_willneed(uint64_t offset, uint64_t n) const;
   uint64_t size() const;
+  /// Takes an exclusive lock on the whole file without waiting (an open-file-description lock,
+  /// F_OFD_SETLK: it excludes other descriptors in this process too, and is released when the
+  /// descriptor closes or the process dies). kBusy when another holder has it; kUnsupported
+  /// where the file system has no locks; throws on other errors.
+  enum class Lock { kLocked, kBusy, kUnsupported };
+  Lock try_lock();
   void sync();
   void close();
 

@@ -51,6 +51,16 @@ void check_shared_storage(detail::DistWrapper& dist, StorageWriter& writer, int 
               " (the coordinator) wrote. ", writer.visibility_probe_advice());
 }
 
+// StorageWriter::abort never throws; a writer of the user's that does must not replace the
+// save's own error.
+void abort_quietly(StorageWriter& writer) {
+  try {
+    writer.abort();
+  } catch (const std::exception& e) {
+    TORCH_WARN("StorageWriter::abort threw: ", e.what());
+  }
+}
+
 }  // namespace
 
 Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& options,
@@ -65,50 +75,55 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
       options.planner ? options.planner : std::make_shared<DefaultSavePlanner>();
 
   return detail::with_context([&] {
-    if (checkpoint_id) writer.reset(checkpoint_id);
-    const std::optional<StorageMeta> storage_meta = writer.storage_meta();
-    if (dist.size() > 1) check_shared_storage(dist, writer, options.coordinator_rank);
+    try {
+      if (checkpoint_id) writer.reset(checkpoint_id);
+      const std::optional<StorageMeta> storage_meta = writer.storage_meta();
+      if (dist.size() > 1) check_shared_storage(dist, writer, options.coordinator_rank);
 
-    Metadata metadata;  // the coordinator's, from the global plan
-    const std::string central = dist.reduce_scatter(
-        "plan",
-        [&] {
-          planner->set_up_planner(state, storage_meta, is_coordinator);
-          writer.set_up_storage_writer(is_coordinator, rank);
-          return detail::encode_save_plan(writer.prepare_local_plan(planner->create_local_plan()));
-        },
-        [&](std::vector<std::string> encoded) {
-          std::vector<SavePlan> plans;
-          for (const auto& e : encoded) plans.push_back(detail::decode_save_plan(e));
-          auto [final_plans, md] = planner->create_global_plan(std::move(plans));
-          final_plans = writer.prepare_global_plan(std::move(final_plans));
-          metadata = std::move(md);
-          std::vector<std::string> out;
-          for (const auto& p : final_plans) out.push_back(detail::encode_save_plan(p));
-          return out;
-        });
-    const SavePlan central_plan = planner->finish_plan(detail::decode_save_plan(central));
+      Metadata metadata;  // the coordinator's, from the global plan
+      const std::string central = dist.reduce_scatter(
+          "plan",
+          [&] {
+            planner->set_up_planner(state, storage_meta, is_coordinator);
+            writer.set_up_storage_writer(is_coordinator, rank);
+            return detail::encode_save_plan(writer.prepare_local_plan(planner->create_local_plan()));
+          },
+          [&](std::vector<std::string> encoded) {
+            std::vector<SavePlan> plans;
+            for (const auto& e : encoded) plans.push_back(detail::decode_save_plan(e));
+            auto [final_plans, md] = planner->create_global_plan(std::move(plans));
+            final_plans = writer.prepare_global_plan(std::move(final_plans));
+            metadata = std::move(md);
+            std::vector<std::string> out;
+            for (const auto& p : final_plans) out.push_back(detail::encode_save_plan(p));
+            return out;
+          });
+      const SavePlan central_plan = planner->finish_plan(detail::decode_save_plan(central));
 
-    const std::string committed = dist.all_reduce(
-        "write",
-        [&] {
-          return detail::encode_write_results(writer.write_data(central_plan, *planner).get());
-        },
-        [&](std::vector<std::string> encoded) {
-          std::vector<std::vector<WriteResult>> all_results;
-          for (const auto& e : encoded) all_results.push_back(detail::decode_write_results(e));
-          std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
-          for (const auto& rank_results : all_results) {
-            for (const auto& r : rank_results) entries.emplace_back(r.index, r.storage_data);
-          }
-          metadata.storage_data = detail::make_storage_data(std::move(entries));
-          metadata.storage_meta = storage_meta;
-          metadata.version = kDcpVersion;
-          writer.finish(metadata, all_results);
-          return dist.size() == 1 ? std::string() : detail::encode_metadata(metadata);
-        });
-    if (is_coordinator) return metadata;
-    return detail::decode_metadata(committed.data(), committed.size(), "the committed metadata");
+      const std::string committed = dist.all_reduce(
+          "write",
+          [&] {
+            return detail::encode_write_results(writer.write_data(central_plan, *planner).get());
+          },
+          [&](std::vector<std::string> encoded) {
+            std::vector<std::vector<WriteResult>> all_results;
+            for (const auto& e : encoded) all_results.push_back(detail::decode_write_results(e));
+            std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
+            for (const auto& rank_results : all_results) {
+              for (const auto& r : rank_results) entries.emplace_back(r.index, r.storage_data);
+            }
+            metadata.storage_data = detail::make_storage_data(std::move(entries));
+            metadata.storage_meta = storage_meta;
+            metadata.version = kDcpVersion;
+            writer.finish(metadata, all_results);
+            return dist.size() == 1 ? std::string() : detail::encode_metadata(metadata);
+          });
+      if (is_coordinator) return metadata;
+      return detail::decode_metadata(committed.data(), committed.size(), "the committed metadata");
+    } catch (...) {
+      abort_quietly(writer);  // on every rank: the step's error reached them all
+      throw;
+    }
   }, [&] { return c10::str("rank ", rank, ": ", what); });
 }
 

@@ -3,18 +3,26 @@
 // Commit protocol (also in docs/format.md):
 //   1. prepare_local_plan (every rank): create the directory; refuse an existing checkpoint
 //      when overwrite is false.
-//   2. prepare_global_plan (coordinator): if a '.metadata' exists, remove it and fsync the
-//      directory before any rank rewrites data files (Note [Invalidate before overwrite]);
-//      assign each rank its file prefix "__{rank}_".
-//   3. write_data (every rank): write '__{rank}_{k}.distcp' under final names, fsync each.
+//   2. prepare_global_plan (coordinator): lock the directory ('.dcp_lock', held until the
+//      commit ends); assign each rank its file prefix: Python's "__{rank}_" in a directory
+//      without a checkpoint, "__{rank}_{token}_" (unique to this save) where one exists.
+//   3. write_data (every rank): write '{prefix}{k}.distcp' under final names, fsync each; a
+//      rank that fails removes the files it was writing.
 //   4. finish (coordinator): write '.metadata.tmp', fsync, rename to '.metadata', fsync the
-//      directory. Until this rename the new checkpoint does not exist.
+//      directory. Until this rename the new checkpoint does not exist and the old one, if any,
+//      is intact. Then remove the data files the new '.metadata' does not reference, fsync the
+//      directory, release the lock.
 //
-// Note [Invalidate before overwrite]: Python DCP rewrites data files in place while the old
-// '.metadata' still points into them, so a re-save that fails midway leaves a '.metadata' that
-// describes bytes no longer there. Removing the old metadata first means such a failure leaves
-// no checkpoint in that directory, never a corrupt one. Checkpoints in other directories are
-// never touched.
+// Note [Re-save]: a save into a directory that already holds a checkpoint must not touch that
+// checkpoint's files before it commits: a save that is killed or runs out of space would
+// otherwise leave no loadable checkpoint (Python rewrites the data files in place while the
+// old '.metadata' points into them; an earlier dcp removed the old '.metadata' first). So the
+// new data files get names unique to the save (Python reads whatever storage_data names), the
+// rename of '.metadata' switches from the old checkpoint to the new one atomically, and only
+// then are the old files removed. Two saves into one directory at once would remove each
+// other's files; the lock makes the second one fail before any rank writes. Files left by a
+// save that died (its own data files, a '.metadata.tmp') are unreferenced and removed by the
+// next save that commits there.
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 
@@ -28,31 +36,13 @@
 #include "format/metadata_codec.h"
 #include "io/file.h"
 #include "storage/file_output.h"
-#include "storage/write_items.h"
+#include "storage/directory_lock.h"
 #include "storage/paths.h"
+#include "storage/write_items.h"
+#include "util/uuid.h"
 
 namespace dcp {
 namespace {
-
-std::string uuid4() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  uint8_t b[16];
-  for (int i = 0; i < 16; i += 8) {
-    const uint64_t v = gen();
-    std::memcpy(b + i, &v, 8);
-  }
-  b[6] = (b[6] & 0x0f) | 0x40;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += hex[b[i] >> 4];
-    s += hex[b[i] & 15];
-  }
-  return s;
-}
 
 // About what a bucket's records take: the tensors' bytes plus a record's headers and padding.
 uint64_t expected_bytes(const detail::FileBucket& bucket) {
@@ -67,70 +57,95 @@ uint64_t expected_bytes(const detail::FileBucket& bucket) {
 }  // namespace
 
 FileSystemWriter::FileSystemWriter(std::string path, FileSystemWriterOptions options)
-    : path_(std::move(path)), options_(options), save_id_(uuid4()) {
+    : path_(std::move(path)), options_(options), save_id_(detail::uuid4()) {
   TORCH_CHECK(options_.thread_count >= 1, "FileSystemWriter: thread_count must be >= 1");
 }
 
 FileSystemWriter::~FileSystemWriter() = default;
 
 void FileSystemWriter::reset(const std::optional<std::string>& checkpoint_id) {
+  lock_.reset();
   if (checkpoint_id) path_ = *checkpoint_id;
-  save_id_ = uuid4();
+  save_id_ = detail::uuid4();
 }
 
 void FileSystemWriter::set_up_storage_writer(bool is_coordinator, int rank) {
   is_coordinator_ = is_coordinator;
+  std::lock_guard<std::mutex> lock(written_mu_);
+  written_.clear();
 }
 
 SavePlan FileSystemWriter::prepare_local_plan(SavePlan plan) {
   TORCH_CHECK(!path_.empty(), "FileSystemWriter: no checkpoint path (pass a checkpoint_id)");
   detail::create_directories(path_);
   const std::string metadata = detail::join_path(path_, detail::paths::metadata_file());
-  TORCH_CHECK(options_.overwrite || !detail::path_exists(metadata), "checkpoint '", path_, "' already exists and overwrite is false");
+  TORCH_CHECK(options_.overwrite || !detail::path_exists(metadata), "checkpoint '", path_,
+              "' already exists and overwrite is false");
   return plan;
 }
 
 std::vector<SavePlan> FileSystemWriter::prepare_global_plan(std::vector<SavePlan> plans) {
-  // Note [Invalidate before overwrite]
-  if (detail::remove_file(detail::join_path(path_, detail::paths::metadata_file()))) {
-    detail::sync_directory(path_);
-  }
+  // Note [Re-save]
+  lock_.reset();
+  lock_ = std::make_unique<detail::DirectoryLock>(detail::DirectoryLock::acquire(path_));
+  const bool resave = detail::path_exists(detail::join_path(path_, detail::paths::metadata_file()));
+  const std::string token = resave ? detail::paths::save_token(save_id_) : "";
+  prefixes_.clear();
   for (size_t i = 0; i < plans.size(); ++i) {
-    plans[i].storage_data = detail::paths::rank_prefix(static_cast<int>(i));
+    plans[i].storage_data = detail::paths::rank_prefix(static_cast<int>(i), token);
+    prefixes_.push_back(plans[i].storage_data);
   }
   return plans;
 }
 
 std::future<std::vector<WriteResult>> FileSystemWriter::write_data(const SavePlan& plan,
                                                                    SavePlanner& planner) {
-  return detail::write_files(
-      plan, options_.single_file_per_rank, options_.thread_count,
-      [&](const detail::FileBucket& bucket) {
-        const std::string file_path = detail::join_path(path_, bucket.relative_path);
-        const int flags = O_WRONLY | O_CREAT | O_TRUNC;
-        // O_DIRECT where asked for and the file system allows it, else buffered.
-        std::optional<detail::File> file;
-        if (options_.direct_io) file = detail::File::open_direct(file_path, flags);
-        std::vector<WriteResult> results;
-        if (file) {
-          // O_DIRECT allocates blocks as each write lands: ranks writing at once would
-          // interleave their files on disk in buffer-sized pieces, which later reads pay for.
-          // So the file's expected size is allocated first and trimmed to what was written.
-          const bool preallocated = file->preallocate(expected_bytes(bucket));
-          detail::DirectFileOutput out(*file);
-          results = detail::write_bucket(bucket, planner, out);
-          out.finish();
-          if (preallocated) file->truncate(out.position());
-        } else {
-          file = detail::File::open(file_path, flags);
-          detail::BufferedFileOutput out(*file);
-          results = detail::write_bucket(bucket, planner, out);
-          out.finish();
-        }
-        if (options_.sync_files) file->sync();
-        file->close();
-        return results;
-      });
+  return detail::write_files(plan, options_.single_file_per_rank, options_.thread_count,
+                             [&](const detail::FileBucket& bucket) {
+                               const std::string file_path =
+                                   detail::join_path(path_, bucket.relative_path);
+                               try {
+                                 auto results = write_file(file_path, bucket, planner);
+                                 std::lock_guard<std::mutex> lock(written_mu_);
+                                 written_.push_back(bucket.relative_path);
+                                 return results;
+                               } catch (...) {
+                                 try {
+                                   detail::remove_file(file_path);  // no partial file stays behind
+                                 } catch (const c10::Error&) {
+                                   // The write's own error is the one to report.
+                                 }
+                                 throw;
+                               }
+                             });
+}
+
+std::vector<WriteResult> FileSystemWriter::write_file(const std::string& file_path,
+                                                      const detail::FileBucket& bucket,
+                                                      SavePlanner& planner) {
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC;
+  // O_DIRECT where asked for and the file system allows it, else buffered.
+  std::optional<detail::File> file;
+  if (options_.direct_io) file = detail::File::open_direct(file_path, flags);
+  std::vector<WriteResult> results;
+  if (file) {
+    // O_DIRECT allocates blocks as each write lands: ranks writing at once would
+    // interleave their files on disk in buffer-sized pieces, which later reads pay for.
+    // So the file's expected size is allocated first and trimmed to what was written.
+    const bool preallocated = file->preallocate(expected_bytes(bucket));
+    detail::DirectFileOutput out(*file);
+    results = detail::write_bucket(bucket, planner, out);
+    out.finish();
+    if (preallocated) file->truncate(out.position());
+  } else {
+    file = detail::File::open(file_path, flags);
+    detail::BufferedFileOutput out(*file);
+    results = detail::write_bucket(bucket, planner, out);
+    out.finish();
+  }
+  if (options_.sync_files) file->sync();
+  file->close();
+  return results;
 }
 
 void FileSystemWriter::finish(const Metadata& metadata,
@@ -138,12 +153,36 @@ void FileSystemWriter::finish(const Metadata& metadata,
   const std::string bytes = detail::encode_metadata(metadata);
   const std::string tmp = detail::join_path(path_, detail::paths::metadata_temp_file());
   const std::string final_path = detail::join_path(path_, detail::paths::metadata_file());
-  detail::File file = detail::File::open(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-  file.write_all(bytes.data(), bytes.size());
-  if (options_.sync_files) file.sync();
-  file.close();
-  detail::rename_file(tmp, final_path);
+  try {
+    detail::File file = detail::File::open(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    file.write_all(bytes.data(), bytes.size());
+    if (options_.sync_files) file.sync();
+    file.close();
+    detail::rename_file(tmp, final_path);
+  } catch (...) {
+    try {
+      detail::remove_file(tmp);
+    } catch (const c10::Error&) {
+      // The commit's own error is the one to report.
+    }
+    lock_.reset();
+    throw;
+  }
   if (options_.sync_files) detail::sync_directory(path_);
+  // Note [Re-save]: committed; the previous checkpoint's files are garbage only now. A file
+  // that cannot be removed is reported, but the save has succeeded.
+  bool removed = false;
+  for (const std::string& name :
+       detail::unreferenced_data_files(detail::list_directory(path_), metadata, prefixes_)) {
+    try {
+      removed = detail::remove_file(detail::join_path(path_, name)) || removed;
+    } catch (const c10::Error& e) {
+      TORCH_WARN("checkpoint '", path_,
+                 "' committed, but an unreferenced data file stays: ", e.what_without_backtrace());
+    }
+  }
+  if (removed && options_.sync_files) detail::sync_directory(path_);
+  lock_.reset();
 }
 
 // The probe holds the coordinator's save id; a rank sees it when it can open the file in its
@@ -155,7 +194,8 @@ std::string FileSystemWriter::create_visibility_probe() {
   TORCH_CHECK(!path_.empty(), "FileSystemWriter: no checkpoint path (pass a checkpoint_id)");
   detail::create_directories(path_);
   const std::string name = detail::paths::probe_file(save_id_);
-  detail::File file = detail::File::open(detail::join_path(path_, name), O_WRONLY | O_CREAT | O_TRUNC);
+  detail::File file =
+      detail::File::open(detail::join_path(path_, name), O_WRONLY | O_CREAT | O_TRUNC);
   file.write_all(save_id_.data(), save_id_.size());
   file.sync();
   file.close();
@@ -184,6 +224,33 @@ void FileSystemWriter::remove_visibility_probe(const std::string& probe) {
   const auto colon = probe.find(':');
   if (colon != std::string::npos) {
     detail::remove_file(detail::join_path(path_, probe.substr(0, colon)));
+  }
+}
+
+// Note [Re-save]: what this rank wrote is garbage unless a committed '.metadata' references it
+// (a failure reported after the rename, a directory fsync say, must not cost the checkpoint).
+void FileSystemWriter::abort() {
+  lock_.reset();
+  std::vector<std::string> written;
+  {
+    std::lock_guard<std::mutex> lock(written_mu_);
+    written.swap(written_);
+  }
+  if (written.empty()) return;
+  try {
+    Metadata committed;
+    const std::string metadata = detail::join_path(path_, detail::paths::metadata_file());
+    if (detail::path_exists(metadata)) {
+      const std::string bytes = detail::read_file(metadata);
+      committed = detail::decode_metadata(bytes.data(), bytes.size(), "'" + metadata + "'");
+    }
+    for (const std::string& name :
+         detail::unreferenced_data_files(written, committed, /*own_prefixes=*/{})) {
+      detail::remove_file(detail::join_path(path_, name));
+    }
+  } catch (const c10::Error& e) {
+    TORCH_WARN("after a failed save into '", path_, "', some of its data files stay: ",
+               e.what_without_backtrace());
   }
 }
 

@@ -6,6 +6,7 @@
 #include "format/metadata_codec.h"
 #include "storage/read_items.h"
 #include "storage/write_items.h"
+#include "util/uuid.h"
 #include "storage/paths.h"
 
 namespace dcp {
@@ -86,10 +87,14 @@ void MemoryWriter::set_up_storage_writer(bool is_coordinator, int rank) {}
 SavePlan MemoryWriter::prepare_local_plan(SavePlan plan) { return plan; }
 
 std::vector<SavePlan> MemoryWriter::prepare_global_plan(std::vector<SavePlan> plans) {
-  // As FileSystemWriter: an existing checkpoint stops being one before data is rewritten.
-  storage_.remove(checkpoint_id_, detail::paths::metadata_file());
+  // As FileSystemWriter (Note [Re-save]): a checkpoint already there keeps its files until the
+  // new one commits, so the new files get names unique to this save.
+  const bool resave = storage_.get(checkpoint_id_, detail::paths::metadata_file()).has_value();
+  const std::string token = resave ? detail::paths::save_token(detail::uuid4()) : "";
+  prefixes_.clear();
   for (size_t i = 0; i < plans.size(); ++i) {
-    plans[i].storage_data = detail::paths::rank_prefix(static_cast<int>(i));
+    plans[i].storage_data = detail::paths::rank_prefix(static_cast<int>(i), token);
+    prefixes_.push_back(plans[i].storage_data);
   }
   return plans;
 }
@@ -110,6 +115,10 @@ void MemoryWriter::finish(const Metadata& metadata,
                           const std::vector<std::vector<WriteResult>>& results) {
   storage_.put(checkpoint_id_, detail::paths::metadata_file(),
                detail::encode_metadata(metadata));
+  for (const std::string& name :
+       detail::unreferenced_data_files(storage_.list(checkpoint_id_), metadata, prefixes_)) {
+    storage_.remove(checkpoint_id_, name);
+  }
 }
 
 std::optional<StorageMeta> MemoryWriter::storage_meta() {

@@ -3,6 +3,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cctype>
+
 namespace dcp::detail::paths {
 
 namespace {
@@ -11,7 +13,18 @@ constexpr const char kSuffix[] = ".distcp";
 
 std::string metadata_file() { return ".metadata"; }
 std::string metadata_temp_file() { return ".metadata.tmp"; }
-std::string rank_prefix(int rank) { return "__" + std::to_string(rank) + "_"; }
+std::string rank_prefix(int rank, const std::string& save_token) {
+  return "__" + std::to_string(rank) + "_" + (save_token.empty() ? "" : save_token + "_");
+}
+std::string save_token(const std::string& save_id) {
+  std::string token;
+  for (char c : save_id) {
+    if (token.size() == 8) break;
+    if (std::isxdigit(static_cast<unsigned char>(c))) token.push_back(c);
+  }
+  return token;
+}
+std::string lock_file() { return ".dcp_lock"; }
 std::string data_file(const std::string& prefix, int index) {
   return prefix + std::to_string(index) + kSuffix;
 }

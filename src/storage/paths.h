@@ -9,8 +9,14 @@ namespace dcp::detail::paths {
 std::string metadata_file();
 /// Where the coordinator writes the metadata before the rename: ".metadata.tmp".
 std::string metadata_temp_file();
-/// The per-rank file prefix the coordinator assigns: "__{rank}_".
-std::string rank_prefix(int rank);
+/// The per-rank file prefix the coordinator assigns: Python's "__{rank}_", or with a save token
+/// "__{rank}_{token}_" (Note [Re-save] in filesystem_writer.cpp).
+std::string rank_prefix(int rank, const std::string& save_token = "");
+/// The short token that makes a save's data file names unique: the first 8 hex digits of its
+/// save id.
+std::string save_token(const std::string& save_id);
+/// The lock a save holds on its checkpoint directory: ".dcp_lock".
+std::string lock_file();
 /// A data file: "{prefix}{index}.distcp", e.g. "__3_0.distcp".
 std::string data_file(const std::string& prefix, int index);
 /// The shared-directory probe of one save: ".dcp_probe_{save_id}".

@@ -50,6 +50,7 @@ void StorageWriterWrapper::remove_visibility_probe(const std::string& probe) {
 std::string StorageWriterWrapper::visibility_probe_advice() {
   return target_->visibility_probe_advice();
 }
+void StorageWriterWrapper::abort() { target_->abort(); }
 
 void StorageReaderWrapper::reset(const std::optional<std::string>& checkpoint_id) {
   target_->reset(checkpoint_id);

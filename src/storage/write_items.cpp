@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "format/torch_save.h"
@@ -104,6 +105,34 @@ std::future<std::vector<WriteResult>> write_files(
     promise.set_exception(std::current_exception());
   }
   return promise.get_future();
+}
+
+std::vector<std::string> unreferenced_data_files(const std::vector<std::string>& names,
+                                                 const Metadata& metadata,
+                                                 const std::vector<std::string>& own_prefixes) {
+  std::set<std::string> referenced;
+  for (const auto& [index, info] : metadata.storage_data) referenced.insert(info.relative_path);
+  auto own = [&](const std::string& name) {
+    for (const std::string& prefix : own_prefixes) {
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      // the rest must be "{k}.distcp"
+      const size_t dot = name.find('.', prefix.size());
+      if (dot == prefix.size() || dot == std::string::npos) continue;
+      if (name.compare(dot, std::string::npos, ".distcp") != 0) continue;
+      if (std::all_of(name.begin() + prefix.size(), name.begin() + dot,
+                      [](char c) { return c >= '0' && c <= '9'; })) {
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    if (paths::is_data_file(name) && referenced.count(name) == 0 && !own(name)) {
+      out.push_back(name);
+    }
+  }
+  return out;
 }
 
 }  // namespace dcp::detail

@@ -26,6 +26,14 @@ struct FileBucket {
 std::vector<FileBucket> assign_files(const SavePlan& plan, bool single_file_per_rank,
                                      int thread_count);
 
+/// The data files among `names` (one directory's listing) that `metadata` does not reference
+/// and that are not this save's own ("{prefix}{k}.distcp" for one of `own_prefixes`: a rank
+/// with nothing to write still creates its files, as in Python): what a committed re-save
+/// left behind (Note [Re-save] in filesystem_writer.cpp).
+std::vector<std::string> unreferenced_data_files(const std::vector<std::string>& names,
+                                                 const Metadata& metadata,
+                                                 const std::vector<std::string>& own_prefixes);
+
 /// An append-only byte stream (one data file being written).
 class OutputStream {
  public:

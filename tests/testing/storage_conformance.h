@@ -180,21 +180,39 @@ TEST_P(StorageConformanceTest, FailedSaveLeavesNoMetadataAndOtherCheckpointsInta
   expect_same(sd, load_from("good", sd));
 }
 
-TEST_P(StorageConformanceTest, FailedResaveInPlaceLeavesNoCheckpointRatherThanACorruptOne) {
+// Issue #13, finding 9: a re-save that fails at any point leaves the previous checkpoint
+// loadable, bit for bit; a re-save that commits replaces it and leaves none of its files.
+TEST_P(StorageConformanceTest, FailedResaveKeepsThePreviousCheckpointLoadable) {
   StateDict sd;
   sd["w"] = testing::make_tensor(at::kFloat, {16}, 1);
+  sd["note"] = std::string(5000, 'n');
   save_to("ckpt", sd);
+  const auto before = backend_->files("ckpt");
   StateDict bigger;
   bigger["w"] = testing::make_tensor(at::kFloat, {16}, 2);
+  bigger["note"] = std::string(6000, 'm');
   bigger["extra"] = testing::make_tensor(at::kFloat, {1000}, 3);
-  std::shared_ptr<StorageWriter> real = backend_->writer("ckpt", 1, true);
-  FaultInjectionWriter faulty(real, FaultPoint::kFinish);
-  EXPECT_THROW(save(bigger, faulty), c10::Error);
-  const auto files = backend_->files("ckpt");
-  EXPECT_EQ(std::count(files.begin(), files.end(), ".metadata"), 0);
-  // And a successful re-save is loadable again.
+  for (FaultPoint point : {FaultPoint::kResolveData, FaultPoint::kWriteData, FaultPoint::kFinish}) {
+    std::shared_ptr<StorageWriter> real = backend_->writer("ckpt", 1, true);
+    SaveOptions options;
+    FaultInjectionWriter faulty(real, point == FaultPoint::kResolveData ? FaultPoint::kNone
+                                                                         : point);
+    if (point == FaultPoint::kResolveData) {
+      options.planner = std::make_shared<testing::FailingSavePlanner>(1);
+    }
+    EXPECT_THROW(save(bigger, faulty, options), c10::Error);
+    expect_same(sd, load_from("ckpt", sd));
+  }
+  // A successful re-save replaces it and removes the files only the old one used.
   save_to("ckpt", bigger);
   expect_same(bigger, load_from("ckpt", bigger));
+  const auto after = backend_->files("ckpt");
+  for (const std::string& name : before) {
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, ".distcp") == 0) {
+      EXPECT_EQ(std::count(after.begin(), after.end(), name), 0) << name << " stayed";
+    }
+  }
+  for (const std::string& name : after) EXPECT_EQ(name.find(".tmp"), std::string::npos) << name;
 }
 
 }  // namespace dcp::testing
