@@ -5,7 +5,8 @@
 // An optional 4th argument sets the IO threads per rank (FileSystemWriter/Reader thread_count);
 // a 5th, for A/B runs, turns off one fast path: "buffered" O_DIRECT writes
 // (FileSystemWriterOptions::direct_io), "noprefetch" read hints
-// (FileSystemReaderOptions::prefetch_bytes = 0).
+// (FileSystemReaderOptions::prefetch_bytes = 0), "nocrc" CRC-32 checks on load
+// (FileSystemReaderOptions::verify_crc32 = false).
 // Before a load every rank evicts the checkpoint's files from the page cache
 // (posix_fadvise DONTNEED), so reads come from the disk. Rank 0 prints one line:
 //   RESULT op=<save|load> ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
     const int64_t mib = std::stoll(argv[3]);
     const int threads = argc > 4 ? std::stoi(argv[4]) : 1;  // IO threads per rank
     const std::string off = argc > 5 ? argv[5] : "";
-    if (!off.empty() && off != "buffered" && off != "noprefetch") {
+    if (!off.empty() && off != "buffered" && off != "noprefetch" && off != "nocrc") {
       std::fprintf(stderr, "dcp_bench: unknown 5th argument '%s'\n", off.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
         dcp::FileSystemReaderOptions ro;
         ro.thread_count = threads;
         if (off == "noprefetch") ro.prefetch_bytes = 0;
+        if (off == "nocrc") ro.verify_crc32 = false;
         dcp::FileSystemReader reader(dir, ro);
         dcp::load(state, reader, o);
       }

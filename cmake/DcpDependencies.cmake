@@ -4,6 +4,14 @@
 # (tools/run.sh does this with the repo's venv).
 find_package(Torch REQUIRED)
 find_package(Threads REQUIRED)
+# ISA-L's CRC-32 (the zip polynomial, PCLMUL-accelerated): checks tensor records on load.
+find_path(ISAL_INCLUDE_DIR isa-l/crc.h REQUIRED)
+find_library(ISAL_LIBRARY isal REQUIRED)
+if(NOT TARGET dcp_isal)
+  add_library(dcp_isal INTERFACE IMPORTED)
+  target_include_directories(dcp_isal INTERFACE ${ISAL_INCLUDE_DIR})
+  target_link_libraries(dcp_isal INTERFACE ${ISAL_LIBRARY})
+endif()
 
 # fmt: LibTorch's include folder carries its own fmt headers (c10 includes them), so any
 # '#include <fmt/...>' in a translation unit that sees LibTorch resolves there. Linking a

@@ -19,6 +19,7 @@
 #include <thread>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "format/metadata_codec.h"
 #include "format/pickle.h"
 #include "format/torch_save.h"
+#include "format/zip_directory.h"
 #include "io/file.h"
 #include "planner/planner_helpers.h"
 #include "testing/test_util.h"
@@ -709,6 +711,142 @@ TEST(Issue13Finding9, AResaveThatRunsOutOfSpaceKeepsThePreviousCheckpoint) {
   sigaction(SIGXFSZ, &previous, nullptr);
   save(new_state, dir.sub("c"));
   expect_loads(new_state, dir.sub("c"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integrity: a flipped byte in tensor data loaded silently; now the zip entry's CRC-32 catches
+// it whenever a load reads the whole storage.
+
+TEST(Issue13Integrity, AFlippedTensorByteFailsTheCrcCheckOnLoad) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {64, 64}, 1);
+  const at::Tensor inner = testing::make_tensor(at::kFloat, {100}, 2);
+  sd["pair"] = Tuple{{Value(inner), Value(int64_t{1})}};  // a byte item holding a tensor
+  const Metadata md = save(sd, dir.sub("c"));
+  for (const auto& [index, info] : md.storage_data) {
+    SCOPED_TRACE(index.fqn);
+    const std::string path = dir.sub("c/" + info.relative_path);
+    const std::string original = detail::read_file(path);
+    // A byte inside the item's tensor data.
+    const at::Tensor& t = index.fqn == "w" ? sd["w"].tensor() : inner;
+    const std::string bytes(static_cast<const char*>(t.data_ptr()), t.nbytes());
+    const size_t at = original.find(bytes, info.offset);
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_LT(at + bytes.size(), static_cast<size_t>(info.offset + info.length));
+    const uint64_t target = at + bytes.size() - 4;
+    std::string corrupt = original;
+    corrupt[target] = static_cast<char>(corrupt[target] ^ 0x01);
+    {
+      detail::File f = detail::File::open(path, O_WRONLY | O_TRUNC);
+      f.write_all(corrupt.data(), corrupt.size());
+    }
+    for (bool ranged : {true, false}) {
+      FileSystemReaderOptions o;
+      o.ranged_reads = ranged;
+      FileSystemReader reader(dir.sub("c"), o);
+      StateDict out = testing::blank_like(sd);
+      try {
+        load(out, reader);
+        ADD_FAILURE() << "loaded a flipped byte (ranged " << ranged << ")";
+      } catch (const c10::Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("CRC-32"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(info.relative_path), std::string::npos) << msg;
+      }
+    }
+    // With the check off, the flip goes through: what it protects against.
+    FileSystemReaderOptions off;
+    off.verify_crc32 = false;
+    FileSystemReader unchecked(dir.sub("c"), off);
+    StateDict out = testing::blank_like(sd);
+    if (index.fqn == "w") {
+      load(out, unchecked);
+      EXPECT_FALSE(testing::describe_difference(Value(sd), Value(out)).empty());
+    }
+    detail::File f = detail::File::open(path, O_WRONLY | O_TRUNC);
+    f.write_all(original.data(), original.size());
+  }
+}
+
+TEST(Issue13Integrity, VerifyFindsNothingInASoundCheckpoint) {
+  testing::TempDir dir;
+  const StateDict sd = testing::reference_state_dict();
+  FileSystemWriterOptions o;
+  o.thread_count = 3;
+  FileSystemWriter writer(dir.sub("c"), o);
+  const Metadata md = save(sd, writer);
+  const VerifyReport report = verify(dir.sub("c"));
+  for (const auto& p : report.problems) ADD_FAILURE() << p.key << " " << p.file << ": " << p.message;
+  EXPECT_TRUE(report.ok());
+  EXPECT_EQ(report.records, static_cast<int64_t>(md.storage_data.size()));
+}
+
+TEST(Issue13Integrity, VerifyReportsEveryProblemWithKeyFileAndRange) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["a"] = testing::make_tensor(at::kFloat, {256}, 1);
+  sd["b"] = testing::make_tensor(at::kFloat, {256}, 2);
+  sd["c"] = testing::make_tensor(at::kFloat, {8, 4}, 3);
+  sd["s"] = std::string("value");
+  save_and_edit(dir, sd, [](Metadata& md) {
+    md.storage_data.at(MetadataIndex("b", std::vector<int64_t>{0})).offset += 1 << 20;
+    md.storage_data.erase(MetadataIndex("s"));
+    tensor_entry(md, "c").chunks[0].sizes = {4, 4};  // half the tensor uncovered
+  });
+  // And a flipped byte inside a's tensor data.
+  const Metadata md = FileSystemReader(dir.sub("c")).read_metadata();
+  const StorageInfo a = md.storage_data.at(MetadataIndex("a", std::vector<int64_t>{0}));
+  const std::string path = dir.sub("c/" + a.relative_path);
+  std::string bytes = detail::read_file(path);
+  const at::Tensor& ta = sd["a"].tensor();
+  const size_t at = bytes.find(std::string(static_cast<const char*>(ta.data_ptr()), ta.nbytes()));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 100] = static_cast<char>(bytes[at + 100] ^ 0x10);
+  {
+    detail::File f = detail::File::open(path, O_WRONLY | O_TRUNC);
+    f.write_all(bytes.data(), bytes.size());
+  }
+  const VerifyReport report = verify(dir.sub("c"));
+  std::map<std::string, std::string> found;
+  for (const auto& p : report.problems) found[p.key] += p.message + " | ";
+  EXPECT_NE(found["a"].find("CRC-32"), std::string::npos) << found["a"];
+  EXPECT_NE(found["b"].find("outside the file"), std::string::npos) << found["b"];
+  EXPECT_NE(found["c"].find("chunks cover 16 of 32"), std::string::npos) << found["c"];
+  EXPECT_NE(found["s"].find("no storage entry"), std::string::npos) << found["s"];
+  for (const auto& p : report.problems) {
+    if (p.key == "a") {
+      EXPECT_EQ(p.file, a.relative_path);
+      EXPECT_EQ(p.begin, a.offset);
+      EXPECT_EQ(p.end, a.offset + a.length);
+    }
+  }
+}
+
+TEST(Issue13Integrity, VerifyDetectsEveryFlippedByteOfTensorData) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {16}, 1);
+  const Metadata md = save(sd, dir.sub("c"));
+  const StorageInfo& info = md.storage_data.begin()->second;
+  const std::string path = dir.sub("c/" + info.relative_path);
+  const std::string original = detail::read_file(path);
+  const at::Tensor& t = sd["w"].tensor();
+  const size_t at = original.find(std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()));
+  ASSERT_NE(at, std::string::npos);
+  for (size_t k = at; k < at + t.nbytes(); ++k) {
+    std::string corrupt = original;
+    corrupt[k] = static_cast<char>(corrupt[k] ^ 0x80);
+    {
+      detail::File f = detail::File::open(path, O_WRONLY | O_TRUNC);
+      f.write_all(corrupt.data(), corrupt.size());
+    }
+    const VerifyReport report = verify(dir.sub("c"));
+    EXPECT_FALSE(report.ok()) << "flip at byte " << k << " went unnoticed";
+  }
+  detail::File f = detail::File::open(path, O_WRONLY | O_TRUNC);
+  f.write_all(original.data(), original.size());
+  EXPECT_TRUE(verify(dir.sub("c")).ok());
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 log() { printf '\n== %s\n' "$*"; }
 
 install_packages() {
-  local packages=(cmake ninja-build g++ python3-venv libopenmpi-dev openmpi-bin libgtest-dev
+  local packages=(cmake ninja-build g++ python3-venv libopenmpi-dev openmpi-bin libisal-dev libgtest-dev
                   libgmock-dev)
   local missing=()
   for p in "${packages[@]}"; do

@@ -13,6 +13,7 @@
 #include "dcp/sharded_tensor.h"
 #include "dcp/state_dict.h"
 #include "dcp/storage.h"
+#include "dcp/verify.h"
 
 #ifdef DCP_WITH_MPI
 #include "dcp/mpi_communicator.h"

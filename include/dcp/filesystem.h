@@ -97,6 +97,11 @@ struct FileSystemReaderOptions {
   /// it will need next (posix_fadvise WILLNEED), so that the disk has more than one request to
   /// work on. Up to that much page cache is filled ahead of the reads; 0 turns it off.
   uint64_t prefetch_bytes = 32 << 20;
+  /// Check the CRC-32 that each record's zip entry stores for its tensor data whenever a load
+  /// reads the whole of it (any load in the saved layout; not a resharding read of part of a
+  /// chunk). A mismatch is an error naming the item, file and range. See docs/reliability.md
+  /// for its cost.
+  bool verify_crc32 = true;
 };
 
 /// Reads a checkpoint directory written by dcp or by Python DCP.

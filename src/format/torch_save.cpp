@@ -21,11 +21,13 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <sstream>
 #include <optional>
 
 #include "format/dtypes.h"
 #include "format/pickle.h"
 #include "format/zip_directory.h"
+#include "util/crc32.h"
 #include "util/checked.h"
 #include "util/error_context.h"
 
@@ -199,8 +201,14 @@ class SourceAdapter : public caffe2::serialize::ReadAdapterInterface {
 
 class ArchiveReader {
  public:
+  bool verify_crc32_ = true;  // check whole storages read by tensor()
+
   explicit ArchiveReader(const ArchiveSource& source) : source_(source) {
-    check_zip_directory(source);  // Note [Declared sizes], before LibTorch allocates any
+    // Note [Declared sizes], before LibTorch allocates any.
+    for (const ZipEntry& entry : read_zip_directory(source)) {
+      const size_t slash = entry.name.find('/');
+      entries_[slash == std::string::npos ? entry.name : entry.name.substr(slash + 1)] = entry;
+    }
     std::string pkl;
     std::string order = "little";
     zip([&] {
@@ -296,6 +304,10 @@ class ArchiveReader {
     check(has_record, "missing record ", record);
     check(record_size >= r.storage_bytes, "record ", record, " has ", record_size,
           " bytes, storage needs ", r.storage_bytes);
+    auto entry = entries_.find(record);
+    if (entry != entries_.end() && entry->second.size == r.storage_bytes) {
+      r.storage_crc32 = entry->second.crc32;
+    }
     check(r.data_offset <= source_.size() && r.storage_bytes <= source_.size() - r.data_offset,
           "storage ", record, " extends past the item's end");
     // Every element the view can address must lie inside the storage.
@@ -331,6 +343,9 @@ class ArchiveReader {
       at::Tensor storage = at::empty({static_cast<int64_t>(r.storage_bytes) / itemsize},
                                      at::TensorOptions().dtype(r.dtype));
       if (r.storage_bytes) source_.read(r.data_offset, storage.data_ptr(), r.storage_bytes);
+      if (verify_crc32_) {
+        check_storage_crc32(source_, r, crc32(storage.data_ptr(), r.storage_bytes));
+      }
       it = storages_.emplace(key, storage).first;
     }
     return it->second.as_strided(r.sizes, r.strides, r.storage_offset);
@@ -440,6 +455,7 @@ class ArchiveReader {
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
   std::optional<pickle::Tree> tree_;  // set by the constructor
   std::map<std::string, at::Tensor> storages_;
+  std::map<std::string, ZipEntry> entries_;  // by record name, without the archive's folder
   uint64_t budget_ = 0;  // Note [Expansion budget]
   uint64_t spent_ = 0;
 };
@@ -479,13 +495,25 @@ TensorRecord read_tensor_record(const ArchiveSource& source) {
   return reader.tensor_record(reader.root());
 }
 
-at::Tensor read_tensor_archive(const ArchiveSource& source) {
+void check_storage_crc32(const ArchiveSource& source, const TensorRecord& record, uint32_t crc) {
+  if (!record.storage_crc32 || *record.storage_crc32 == crc) return;
+  std::ostringstream msg;
+  msg << std::hex << "corrupt item " << source.describe() << ": tensor data at item byte "
+      << std::dec << record.data_offset << " (" << record.storage_bytes
+      << " bytes) fails its CRC-32 check (recorded 0x" << std::hex << *record.storage_crc32
+      << ", computed 0x" << crc << ")";
+  TORCH_CHECK(false, msg.str());
+}
+
+at::Tensor read_tensor_archive(const ArchiveSource& source, bool verify_crc32) {
   ArchiveReader reader(source);
+  reader.verify_crc32_ = verify_crc32;
   return reader.tensor(reader.root());
 }
 
-Value read_value_archive(const ArchiveSource& source) {
+Value read_value_archive(const ArchiveSource& source, bool verify_crc32) {
   ArchiveReader reader(source);
+  reader.verify_crc32_ = verify_crc32;
   return reader.value(reader.root(), 0);
 }
 

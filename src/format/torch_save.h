@@ -46,6 +46,9 @@ struct TensorRecord {
   int64_t storage_offset = 0;  // elements
   uint64_t data_offset = 0;    // bytes, from the archive start to the storage's first byte
   uint64_t storage_bytes = 0;
+  /// The CRC-32 the zip directory records for the storage's record, when the record holds
+  /// exactly the storage's bytes (what torch.save writes): a read of all of them can check it.
+  std::optional<uint32_t> storage_crc32;
 };
 
 /// A byte range [begin, end).
@@ -86,14 +89,19 @@ class RecordGeometry {
   uint64_t slack_;
 };
 
+/// Throws c10::Error naming the item when `crc` (of bytes just read) is not the CRC-32 `record`
+/// declares for its storage; does nothing when it declares none.
+void check_storage_crc32(const ArchiveSource& source, const TensorRecord& record, uint32_t crc);
+
 /// Parses a tensor item's data.pkl and locates its storage, without reading the storage.
 TensorRecord read_tensor_record(const ArchiveSource& source);
 
-/// Reads a whole tensor item into a new CPU tensor (with the saved strides).
-at::Tensor read_tensor_archive(const ArchiveSource& source);
+/// Reads a whole tensor item into a new CPU tensor (with the saved strides); with
+/// `verify_crc32`, checks the storage against the CRC-32 its zip entry records.
+at::Tensor read_tensor_archive(const ArchiveSource& source, bool verify_crc32 = true);
 
 /// Reads a byte item (any torch.save'd Python value made of None, bool, int, float, str, bytes,
 /// list, tuple, dict, OrderedDict, torch.Size and tensors).
-Value read_value_archive(const ArchiveSource& source);
+Value read_value_archive(const ArchiveSource& source, bool verify_crc32 = true);
 
 }  // namespace dcp::detail

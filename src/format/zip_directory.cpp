@@ -1,4 +1,4 @@
-// check_zip_directory (see zip_directory.h).
+// read_zip_directory (see zip_directory.h).
 //
 // Note [Declared sizes]: a record's zip directory entry declares its size, and
 // PyTorchStreamReader::getRecord allocates that many bytes before it reads any: a 2 KB item
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace dcp::detail {
 namespace {
@@ -74,6 +75,8 @@ class Walk {
     for (uint64_t i = 0; i < entries; ++i) pos = entry(cd, pos);
   }
 
+  std::vector<ZipEntry> entries;
+
  private:
   // The last EOCD signature in `tail` that leaves room for the record, or npos.
   static size_t find_eocd(const std::string& tail) {
@@ -91,6 +94,7 @@ class Walk {
     const uint64_t method = le(p + 10, 2), name_len = le(p + 28, 2), extra_len = le(p + 30, 2),
                    comment_len = le(p + 32, 2);
     uint64_t comp = le(p + 20, 4), uncomp = le(p + 24, 4), local = le(p + 42, 4);
+    const auto crc = static_cast<uint32_t>(le(p + 16, 4));
     check(cd.size() - pos - kEntrySize >= name_len + extra_len + comment_len,
           "zip directory entry at directory byte ", pos, " runs past the directory");
     const std::string name(p + kEntrySize, name_len);
@@ -119,6 +123,7 @@ class Walk {
               uncomp <= size_ - local - kLocalHeaderSize - name_len,
           "record '", name, "' at archive byte ", local, " with ", uncomp,
           " bytes lies outside the item's ", size_);
+    entries.push_back(ZipEntry{name, uncomp, crc});
     return pos + kEntrySize + name_len + extra_len + comment_len;
   }
 
@@ -139,6 +144,10 @@ class Walk {
 
 }  // namespace
 
-void check_zip_directory(const ArchiveSource& source) { Walk(source).run(); }
+std::vector<ZipEntry> read_zip_directory(const ArchiveSource& source) {
+  Walk walk(source);
+  walk.run();
+  return std::move(walk.entries);
+}
 
 }  // namespace dcp::detail

@@ -4,14 +4,25 @@
 // (its constructor already reads the 'version' record).
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "format/torch_save.h"
 
 namespace dcp::detail {
 
-/// Throws c10::Error naming the archive and the record unless the archive ends with a zip
-/// directory (plain or zip64) whose entries are stored (uncompressed, as torch.save writes
-/// them), each within the archive. Reads only the directory; time and memory are linear in
-/// its size, which is bounded by the archive's.
-void check_zip_directory(const ArchiveSource& source);
+/// One record of the archive, as its directory entry declares it.
+struct ZipEntry {
+  std::string name;  // "archive/data.pkl", "archive/data/0", ...
+  uint64_t size = 0;
+  uint32_t crc32 = 0;
+};
+
+/// The archive's records. Throws c10::Error naming the archive and the record unless the
+/// archive ends with a zip directory (plain or zip64) whose entries are stored (uncompressed,
+/// as torch.save writes them), each within the archive. Reads only the directory; time and
+/// memory are linear in its size, which is bounded by the archive's.
+std::vector<ZipEntry> read_zip_directory(const ArchiveSource& source);
 
 }  // namespace dcp::detail

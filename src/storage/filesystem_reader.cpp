@@ -13,38 +13,9 @@
 #include "io/file.h"
 #include "storage/read_items.h"
 #include "storage/paths.h"
+#include "storage/posix_input_file.h"
 
 namespace dcp {
-namespace {
-
-class PosixInputFile : public detail::InputFile {
- public:
-  PosixInputFile(const std::string& dir, const std::string& relative)
-      : name_(relative), file_(open(dir, relative)), size_(file_.size()) {}
-  const std::string& name() const override { return name_; }
-  uint64_t size() const override { return size_; }
-  void read(uint64_t offset, void* dst, size_t n) const override {
-    TORCH_CHECK(offset <= size_ && n <= size_ - offset, "reading '", name_, "' bytes [", offset,
-                ", ", offset + n, "): file has ", size_, " bytes (truncated?)");
-    file_.pread_all(dst, n, offset);
-  }
-  void prefetch(uint64_t offset, uint64_t n) const override {
-    if (offset < size_) file_.advise_willneed(offset, std::min(n, size_ - offset));
-  }
-
- private:
-  static detail::File open(const std::string& dir, const std::string& relative) {
-    detail::paths::check_relative_name(relative);
-    return detail::File::open_regular_inside(dir, relative);
-  }
-
-  std::string name_;
-  detail::File file_;
-  uint64_t size_;
-};
-
-}  // namespace
-
 FileSystemReader::FileSystemReader(std::string path, FileSystemReaderOptions options)
     : path_(std::move(path)), options_(options) {
   TORCH_CHECK(options_.thread_count >= 1, "FileSystemReader: thread_count must be >= 1");
@@ -92,9 +63,10 @@ std::future<void> FileSystemReader::read_data(const LoadPlan& plan, LoadPlanner&
   return detail::read_data(
       plan, planner, metadata_,
       [this](const std::string& relative) {
-        return std::make_shared<PosixInputFile>(path_, relative);
+        return std::make_shared<detail::PosixInputFile>(path_, relative);
       },
-      detail::ReadOptions{options_.thread_count, options_.ranged_reads, options_.prefetch_bytes});
+      detail::ReadOptions{options_.thread_count, options_.ranged_reads, options_.prefetch_bytes,
+                          options_.verify_crc32});
 }
 
 }  // namespace dcp

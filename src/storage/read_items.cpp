@@ -16,36 +16,12 @@
 
 #include "format/torch_save.h"
 #include "storage/paths.h"
+#include "util/crc32.h"
 #include "util/error_context.h"
 #include "util/parallel.h"
 
 namespace dcp::detail {
 namespace {
-
-// One saved item inside a data file.
-class ItemSource : public ArchiveSource {
- public:
-  ItemSource(std::shared_ptr<const InputFile> file, const StorageInfo& info)
-      : file_(std::move(file)), info_(info) {
-    const uint64_t end = static_cast<uint64_t>(info.offset) + static_cast<uint64_t>(info.length);
-    TORCH_CHECK(end <= file_->size(), "item ", describe(), " lies past the end of '",
-                file_->name(), "', which has ", file_->size(), " bytes (truncated file?)");
-  }
-  uint64_t size() const override { return static_cast<uint64_t>(info_.length); }
-  void read(uint64_t offset, void* dst, size_t n) const override {
-    TORCH_CHECK(offset <= size() && n <= size() - offset, "reading ", describe(), " at [",
-                offset, ", ", offset + n, "): past the item's end");
-    file_->read(static_cast<uint64_t>(info_.offset) + offset, dst, n);
-  }
-  std::string describe() const override {
-    return "'" + info_.relative_path + "' [" + std::to_string(info_.offset) + ", " +
-           std::to_string(info_.offset + info_.length) + ")";
-  }
-
- private:
-  std::shared_ptr<const InputFile> file_;
-  StorageInfo info_;
-};
 
 at::Tensor narrow_box(at::Tensor t, const std::vector<int64_t>& offsets,
                       const std::vector<int64_t>& lengths) {
@@ -70,8 +46,13 @@ bool is_row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
 // when they are exactly the box in row-major order and the destination is a contiguous tensor
 // of the same dtype, they are read straight into the destination's memory. A row-sharded
 // reshard thus reads what it needs and nothing else, with no intermediate copy.
+// Note [CRC on load]: torch.save records carry a CRC-32 per zip entry, in files written by
+// Python and by dcp. data.pkl is checked by the zip reader when it extracts it; tensor data,
+// which dcp reads straight from its offset, is checked here whenever a read covers a whole
+// storage (every same-layout load, the simple path, tensors inside byte items). A resharding
+// read of part of a chunk cannot be checked without reading the rest; dcp::verify reads all.
 void read_box(const ArchiveSource& source, const TensorRecord& record, const ReadItem& item,
-              at::Tensor& dest) {
+              at::Tensor& dest, bool verify_crc32) {
   const int64_t itemsize = static_cast<int64_t>(c10::elementSize(record.dtype));
   const auto extent = box_extent(item.storage_offsets, item.lengths, record.strides);
   if (!extent) return;  // nothing to copy
@@ -80,27 +61,31 @@ void read_box(const ArchiveSource& source, const TensorRecord& record, const Rea
   const int64_t numel = c10::multiply_integers(item.lengths);
   const uint64_t begin = record.data_offset + static_cast<uint64_t>(first * itemsize);
   const uint64_t nbytes = static_cast<uint64_t>(count * itemsize);
+  const bool whole_storage = verify_crc32 && record.storage_crc32 &&
+                             begin == record.data_offset && nbytes == record.storage_bytes;
   if (count == numel && is_row_major(record.sizes, record.strides) && dest.is_contiguous() &&
       dest.scalar_type() == record.dtype && dest.device().is_cpu()) {
     source.read(begin, dest.data_ptr(), nbytes);
+    if (whole_storage) check_storage_crc32(source, record, crc32(dest.data_ptr(), nbytes));
     return;
   }
   at::Tensor span = at::empty({count}, at::TensorOptions().dtype(record.dtype));
   source.read(begin, span.data_ptr(), nbytes);
+  if (whole_storage) check_storage_crc32(source, record, crc32(span.data_ptr(), nbytes));
   dest.copy_(span.as_strided(item.lengths, record.strides, 0));
 }
 
 // Reads one record for all of its reads: byte items to load_bytes, tensor boxes into
 // resolve_tensor's destinations.
 void read_record(const ArchiveSource& source, const std::vector<const ReadItem*>& items,
-                 LoadPlanner& planner, bool ranged_reads) {
+                 LoadPlanner& planner, const ReadOptions& options) {
   if (items.front()->type == LoadItemType::BYTE_IO) {
-    Value value = read_value_archive(source);
+    Value value = read_value_archive(source, options.verify_crc32);
     for (const ReadItem* item : items) planner.load_bytes(*item, value);
     return;
   }
-  if (!ranged_reads) {  // the simple path: the whole saved chunk, then copies
-    const at::Tensor saved = read_tensor_archive(source);
+  if (!options.ranged_reads) {  // the simple path: the whole saved chunk, then copies
+    const at::Tensor saved = read_tensor_archive(source, options.verify_crc32);
     for (const ReadItem* item : items) {
       at::Tensor src = narrow_box(saved, item->storage_offsets, item->lengths);
       at::Tensor dest = planner.resolve_tensor(*item);
@@ -124,12 +109,30 @@ void read_record(const ArchiveSource& source, const std::vector<const ReadItem*>
                   "the read box leaves the saved chunk of shape ",
                   c10::IntArrayRef(record.sizes));
     }
-    read_box(source, record, *item, dest);
+    read_box(source, record, *item, dest, options.verify_crc32);
     planner.commit_tensor(*item, dest);
   }
 }
 
 }  // namespace
+
+ItemSource::ItemSource(std::shared_ptr<const InputFile> file, const StorageInfo& info)
+    : file_(std::move(file)), info_(info) {
+  const uint64_t end = static_cast<uint64_t>(info.offset) + static_cast<uint64_t>(info.length);
+  TORCH_CHECK(end <= file_->size(), "item ", describe(), " lies past the end of '",
+              file_->name(), "', which has ", file_->size(), " bytes (truncated file?)");
+}
+
+void ItemSource::read(uint64_t offset, void* dst, size_t n) const {
+  TORCH_CHECK(offset <= size() && n <= size() - offset, "reading ", describe(), " at [", offset,
+              ", ", offset + n, "): past the item's end");
+  file_->read(static_cast<uint64_t>(info_.offset) + offset, dst, n);
+}
+
+std::string ItemSource::describe() const {
+  return "'" + paths::printable(info_.relative_path) + "' [" + std::to_string(info_.offset) +
+         ", " + std::to_string(info_.offset + info_.length) + ")";
+}
 
 void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& metadata,
                 const FileOpener& open, const ReadOptions& options) {
@@ -172,7 +175,7 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
                                       info.transform_descriptors.front(),
                                       "), which dcp does not read yet");
           read_record(ItemSource(file(info.relative_path), info), record.items, planner,
-                      options.ranged_reads);
+                      options);
         },
         [&] {
           return c10::str("reading '", index.fqn, "' from '",

@@ -12,6 +12,7 @@
 
 #include "dcp/metadata.h"
 #include "dcp/planner.h"
+#include "format/torch_save.h"
 #include "storage/read_schedule.h"
 
 namespace dcp::detail {
@@ -27,6 +28,21 @@ class InputFile {
   /// A hint that [offset, offset + n) will be read soon: a file on disk starts reading it in
   /// the background. Never throws; the default does nothing.
   virtual void prefetch(uint64_t offset, uint64_t n) const {}
+};
+
+/// One saved item: bytes [offset, offset + length) of a data file, as storage_data places it.
+/// REQUIRES: offset and length are not negative (schedule_reads checks them).
+class ItemSource : public ArchiveSource {
+ public:
+  /// Throws, naming the file, when the item lies past the file's end.
+  ItemSource(std::shared_ptr<const InputFile> file, const StorageInfo& info);
+  uint64_t size() const override { return static_cast<uint64_t>(info_.length); }
+  void read(uint64_t offset, void* dst, size_t n) const override;
+  std::string describe() const override;
+
+ private:
+  std::shared_ptr<const InputFile> file_;
+  StorageInfo info_;
 };
 
 using FileOpener = std::function<std::shared_ptr<const InputFile>(const std::string& relative)>;

@@ -24,6 +24,8 @@ struct ReadOptions {
   /// How many bytes of the coming reads to announce to the files ahead of reading them (Note
   /// [Prefetch]); 0 announces nothing.
   uint64_t prefetch_bytes = 0;
+  /// Check the CRC-32 of every tensor storage read whole (Note [CRC on load]).
+  bool verify_crc32 = true;
 };
 
 /// One record, read once for all the plan's reads of it.
