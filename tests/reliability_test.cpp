@@ -849,5 +849,36 @@ TEST(Issue13Integrity, VerifyDetectsEveryFlippedByteOfTensorData) {
   EXPECT_TRUE(verify(dir.sub("c")).ok());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Finding 10: a rank that never arrives left the others waiting forever.
+
+TEST(Issue13Finding10, ARankThatNeverArrivesIsNamedWithinTheTimeout) {
+  MemoryStorage storage;
+  std::vector<std::string> messages(3);
+  const auto start = std::chrono::steady_clock::now();
+  run_in_process(3, [&](Communicator& comm) {
+    if (comm.rank() == 2) return;  // never enters the save
+    StateDict sd;
+    sd["w"] = at::ones({4});
+    MemoryWriter writer(storage, "c");
+    SaveOptions options;
+    options.comm = &comm;
+    options.timeout = std::chrono::milliseconds(300);
+    try {
+      save(sd, writer, options);
+    } catch (const c10::Error& e) {
+      messages[comm.rank()] = e.what();
+    }
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(messages[r].find("rank(s) 2 never arrived"), std::string::npos) << messages[r];
+    EXPECT_NE(messages[r].find("rank " + std::to_string(r) + ": saving checkpoint"),
+              std::string::npos)
+        << messages[r];
+  }
+  EXPECT_FALSE(storage.get("c", ".metadata").has_value());
+}
+
 }  // namespace
 }  // namespace dcp

@@ -10,6 +10,7 @@
 // it ends; async_save's writer; a storage wrapper's target; a stager).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ struct SaveOptions {
   bool no_dist = false;
   /// The rank that plans globally and commits the metadata.
   int coordinator_rank = 0;
+  /// How long any collective of the save waits for the other ranks before failing with an
+  /// error that names the ranks that never arrived (c10d's default, 30 minutes; 0: forever).
+  /// Set on the communicator for the call (Communicator::set_timeout).
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
 };
 
 struct LoadOptions {
@@ -44,6 +49,8 @@ struct LoadOptions {
   /// Load in this process alone even when a communicator is given (Python's no_dist).
   bool no_dist = false;
   int coordinator_rank = 0;
+  /// As SaveOptions::timeout.
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
 };
 
 /// Saves `state` into the directory `checkpoint_id` with a FileSystemWriter. Returns the

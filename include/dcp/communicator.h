@@ -6,6 +6,7 @@
 // per communicator, unless an implementation says otherwise.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,12 @@ class Communicator {
   virtual std::string scatter(const std::vector<std::string>& data, int root) = 0;
   /// Every rank's `data`, in rank order, on every rank.
   virtual std::vector<std::string> all_gather(const std::string& data) = 0;
+  /// Every later collective of this communicator waits at most `timeout` for the other ranks
+  /// (0: forever), then throws c10::Error naming the ranks that never arrived where the
+  /// implementation can tell. After such an error the communicator is unusable: the ranks
+  /// disagree on which collectives happened. dcp::save / dcp::load set it from their options.
+  /// The default implementation has no deadline (and needs none when every collective is local).
+  virtual void set_timeout(std::chrono::milliseconds timeout) {}
   /// A communicator over the same ranks whose messages never mix with this one's, usable from
   /// another thread while this one is in use (dcp::async_save runs its collectives on one).
   /// Collective: every rank calls it, in the same order. Throws when the implementation cannot

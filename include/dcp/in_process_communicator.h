@@ -6,6 +6,7 @@
 // order (as with MPI). Thread-safety: each communicator is used by its own thread.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -24,7 +25,10 @@ class InProcessGroup {
   int size() const { return size_; }
 
   /// Deposits `data` for `rank`, waits for every rank, and returns all deposits (rank order).
-  std::vector<std::string> exchange(int rank, std::string data);
+  /// With a timeout (0: none), throws after waiting that long, naming the ranks that never
+  /// arrived; the group is then broken and every later exchange throws at once.
+  std::vector<std::string> exchange(int rank, std::string data,
+                                    std::chrono::milliseconds timeout = {});
   /// The group of `rank`'s next duplicate: the k-th call of every rank returns the same group.
   std::shared_ptr<InProcessGroup> next_child(int rank);
 
@@ -33,6 +37,8 @@ class InProcessGroup {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> slots_;     // guarded by mu_
+  std::vector<bool> present_;          // guarded by mu_: who deposited in this round
+  std::string broken_;                 // guarded by mu_: why the group is unusable, or ""
   std::vector<std::string> published_;  // guarded by mu_: the last completed round
   int arrived_ = 0;                     // guarded by mu_
   int leaving_ = 0;                     // guarded by mu_: ranks yet to read published_
@@ -55,10 +61,12 @@ class InProcessCommunicator final : public Communicator {
   std::string scatter(const std::vector<std::string>& data, int root) override;
   std::vector<std::string> all_gather(const std::string& data) override;
   std::unique_ptr<Communicator> duplicate() override;
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
  private:
   std::shared_ptr<InProcessGroup> group_;
   int rank_;
+  std::chrono::milliseconds timeout_{0};
 };
 
 /// Runs fn(comm) on `world_size` threads, one per rank, and rethrows the first failure (after

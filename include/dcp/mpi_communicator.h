@@ -12,6 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "dcp/communicator.h"
 
 namespace dcp {
@@ -34,9 +39,19 @@ class MpiCommunicator final : public Communicator {
   std::string scatter(const std::vector<std::string>& data, int root) override;
   std::vector<std::string> all_gather(const std::string& data) override;
   /// MPI_Comm_dup; requires MPI_THREAD_MULTIPLE, since the duplicate is meant for another thread.
+  /// (It has no deadline: MPI_Comm_dup blocks.)
   std::unique_ptr<Communicator> duplicate() override;
+  /// Collectives become nonblocking MPI calls waited on with this deadline; a gather's root
+  /// names the ranks whose contribution never came, the other ranks name the root.
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
  private:
+  // Waits for `requests` until the deadline; on timeout throws naming `what` and the ranks
+  // `missing(done)` lists (done[i]: whether requests[i] completed).
+  void wait(std::vector<MPI_Request>& requests, const char* what,
+            const std::function<std::string(const std::vector<bool>&)>& missing);
+
+  std::chrono::milliseconds timeout_{0};
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;

@@ -6,8 +6,13 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
+#include <thread>
+
+#include "util/wire.h"
 
 #define DCP_MPI_CHECK(call)                                                       \
   do {                                                                            \
@@ -47,12 +52,6 @@ std::vector<int> displacements(const std::vector<int>& counts) {
   return displs;
 }
 
-std::vector<std::string> split(const std::string& all, const std::vector<int>& counts,
-                               const std::vector<int>& displs) {
-  std::vector<std::string> out(counts.size());
-  for (size_t i = 0; i < counts.size(); ++i) out[i] = all.substr(displs[i], counts[i]);
-  return out;
-}
 
 }  // namespace
 
@@ -79,30 +78,107 @@ MpiCommunicator::~MpiCommunicator() {
   }
 }
 
-void MpiCommunicator::barrier() { DCP_MPI_CHECK(MPI_Barrier(comm_)); }
+// Note [Collective deadlines]: with a timeout, every collective is a nonblocking MPI call
+// (MPI_Ibcast, MPI_Iscatterv, ...) polled with MPI_Testall until its deadline, with a backoff
+// from 50 us to 5 ms between polls. A gather is point-to-point instead (each rank sends its
+// size and bytes to the root, which posts one receive per rank), so that the root knows whose
+// contribution never came; all_gather is a gather and a broadcast. A rank waiting on the root
+// can only name the root. MPI cannot cancel a collective, so after a timeout this
+// communicator is abandoned; the job's other ranks are reported, not recovered.
+void MpiCommunicator::wait(std::vector<MPI_Request>& requests, const char* what,
+                           const std::function<std::string(const std::vector<bool>&)>& missing) {
+  if (requests.empty()) return;
+  if (timeout_.count() <= 0) {
+    DCP_MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                              MPI_STATUSES_IGNORE));
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(50);
+  while (true) {
+    int all_done = 0;
+    DCP_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &all_done,
+                              MPI_STATUSES_IGNORE));
+    if (all_done) return;
+    if (std::chrono::steady_clock::now() - start > timeout_) break;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+  std::vector<bool> done(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    int flag = 0;
+    DCP_MPI_CHECK(MPI_Test(&requests[i], &flag, MPI_STATUS_IGNORE));
+    done[i] = flag != 0;
+  }
+  TORCH_CHECK(false, "rank ", rank_, ": ", what, " timed out after ",
+              std::chrono::duration<double>(timeout_).count(), " s: ", missing(done),
+              " (a rank died, hangs, or skipped this collective)");
+}
+
+void MpiCommunicator::barrier() {
+  std::vector<MPI_Request> r(1);
+  DCP_MPI_CHECK(MPI_Ibarrier(comm_, &r[0]));
+  wait(r, "barrier", [](const std::vector<bool>&) { return "some rank did not arrive"; });
+}
 
 std::string MpiCommunicator::broadcast(const std::string& data, int root) {
+  auto from_root = [&](const std::vector<bool>&) {
+    return c10::str("waiting for rank ", root, " (the root) or the ranks relaying from it");
+  };
   int64_t n = rank_ == root ? static_cast<int64_t>(data.size()) : 0;
-  DCP_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_));
+  std::vector<MPI_Request> r(1);
+  DCP_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm_, &r[0]));
+  wait(r, "broadcast", from_root);
   std::string out = rank_ == root ? data : std::string(static_cast<size_t>(n), '\0');
-  if (n > 0) DCP_MPI_CHECK(MPI_Bcast(out.data(), to_int_count(n), MPI_BYTE, root, comm_));
+  if (n > 0) {
+    DCP_MPI_CHECK(MPI_Ibcast(out.data(), to_int_count(n), MPI_BYTE, root, comm_, &r[0]));
+    wait(r, "broadcast", from_root);
+  }
   return out;
 }
 
 std::vector<std::string> MpiCommunicator::gather(const std::string& data, int root) {
-  int n = to_int_count(data.size());
-  std::vector<int> counts(rank_ == root ? size_ : 0);
-  DCP_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm_));
-  std::vector<int> displs;
-  std::string all;
-  if (rank_ == root) {
-    displs = displacements(counts);
-    all.resize(static_cast<size_t>(displs.back()) + counts.back());
+  constexpr int kSizeTag = 1, kDataTag = 2;
+  if (rank_ != root) {
+    const int64_t n = static_cast<int64_t>(data.size());
+    std::vector<MPI_Request> r(2);
+    DCP_MPI_CHECK(MPI_Isend(&n, 1, MPI_INT64_T, root, kSizeTag, comm_, &r[0]));
+    DCP_MPI_CHECK(MPI_Isend(data.data(), to_int_count(data.size()), MPI_BYTE, root, kDataTag,
+                            comm_, &r[1]));
+    wait(r, "gather", [&](const std::vector<bool>&) {
+      return c10::str("rank ", root, " (the root) never took this rank's contribution");
+    });
+    return {};
   }
-  DCP_MPI_CHECK(MPI_Gatherv(data.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(),
-                            MPI_BYTE, root, comm_));
-  if (rank_ != root) return {};
-  return split(all, counts, displs);
+  std::vector<std::string> out(size_);
+  std::vector<int64_t> sizes(size_, 0);
+  std::vector<MPI_Request> r;
+  for (int k = 0; k < size_; ++k) {
+    if (k == rank_) continue;
+    r.emplace_back();
+    DCP_MPI_CHECK(MPI_Irecv(&sizes[k], 1, MPI_INT64_T, k, kSizeTag, comm_, &r.back()));
+  }
+  auto never_arrived = [&](const std::vector<bool>& done) {
+    std::string ranks;
+    for (int k = 0, i = 0; k < size_; ++k) {
+      if (k == rank_) continue;
+      if (!done[i++]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
+    }
+    return "rank(s) " + ranks + " never arrived";
+  };
+  wait(r, "gather", never_arrived);
+  r.clear();
+  for (int k = 0; k < size_; ++k) {
+    if (k == rank_) continue;
+    TORCH_CHECK(sizes[k] >= 0, "gather: rank ", k, " sent a negative size");
+    out[k].resize(static_cast<size_t>(sizes[k]));
+    r.emplace_back();
+    DCP_MPI_CHECK(MPI_Irecv(out[k].data(), to_int_count(out[k].size()), MPI_BYTE, k, kDataTag,
+                            comm_, &r.back()));
+  }
+  wait(r, "gather", never_arrived);
+  out[rank_] = data;
+  return out;
 }
 
 std::string MpiCommunicator::scatter(const std::vector<std::string>& data, int root) {
@@ -116,23 +192,28 @@ std::string MpiCommunicator::scatter(const std::vector<std::string>& data, int r
     displs = displacements(counts);
     for (const auto& d : data) all += d;
   }
+  auto from_root = [&](const std::vector<bool>&) {
+    return c10::str("waiting for rank ", root, " (the root)");
+  };
   int n = 0;
-  DCP_MPI_CHECK(MPI_Scatter(counts.data(), 1, MPI_INT, &n, 1, MPI_INT, root, comm_));
+  std::vector<MPI_Request> r(1);
+  DCP_MPI_CHECK(MPI_Iscatter(counts.data(), 1, MPI_INT, &n, 1, MPI_INT, root, comm_, &r[0]));
+  wait(r, "scatter", from_root);
   std::string out(static_cast<size_t>(n), '\0');
-  DCP_MPI_CHECK(MPI_Scatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, out.data(), n,
-                             MPI_BYTE, root, comm_));
+  DCP_MPI_CHECK(MPI_Iscatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, out.data(), n,
+                              MPI_BYTE, root, comm_, &r[0]));
+  wait(r, "scatter", from_root);
   return out;
 }
 
 std::vector<std::string> MpiCommunicator::all_gather(const std::string& data) {
-  int n = to_int_count(data.size());
-  std::vector<int> counts(size_);
-  DCP_MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_));
-  const std::vector<int> displs = displacements(counts);
-  std::string all(static_cast<size_t>(displs.back()) + counts.back(), '\0');
-  DCP_MPI_CHECK(MPI_Allgatherv(data.data(), n, MPI_BYTE, all.data(), counts.data(),
-                               displs.data(), MPI_BYTE, comm_));
-  return split(all, counts, displs);
+  constexpr int kRoot = 0;
+  std::vector<std::string> all = gather(data, kRoot);  // the root names missing ranks
+  detail::wire::Writer w;
+  if (rank_ == kRoot) w.strs(all);
+  const std::string packed = broadcast(w.take(), kRoot);
+  detail::wire::Reader reader(packed);  // borrows `packed`
+  return reader.strs();
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::duplicate() {

@@ -69,6 +69,7 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
   const std::string what = "saving checkpoint '" + checkpoint_id.value_or("") + "'";
+  comm.set_timeout(options.timeout);  // Note [Collective deadlines] (mpi_communicator.cpp)
   detail::DistWrapper dist(comm, options.coordinator_rank);
   const bool is_coordinator = dist.is_coordinator();
   std::shared_ptr<SavePlanner> planner =
@@ -139,6 +140,7 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
   const std::string what = "loading checkpoint '" + checkpoint_id.value_or("") + "'";
+  comm.set_timeout(options.timeout);  // Note [Collective deadlines] (mpi_communicator.cpp)
   detail::DistWrapper dist(comm, options.coordinator_rank);
   const bool is_coordinator = dist.is_coordinator();
   std::shared_ptr<LoadPlanner> planner =

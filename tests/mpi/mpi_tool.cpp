@@ -16,6 +16,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -80,6 +81,34 @@ void fail_case(dcp::Communicator& comm, const std::string& dir) {
               "rank ", comm.rank(), " did not report the failure of rank ", bad, ": '", msg, "'");
   TORCH_CHECK(!std::filesystem::exists(dir + "/bad/.metadata"), "a failed save left .metadata");
   load_and_check(comm, dir + "/good", Layout::kColumn);
+}
+
+// Issue #13, finding 10: the last rank never enters the save (as if it had died without the
+// launcher ending the job). The others fail within their timeout; the coordinator names it.
+void timeout_case(dcp::Communicator& comm, const std::string& dir) {
+  const int bad = comm.size() - 1;
+  // A communicator of its own: after a timeout it is abandoned (Note [Collective deadlines]),
+  // so it is deliberately never freed.
+  auto* own = new dcp::MpiCommunicator(MPI_COMM_WORLD);
+  if (comm.rank() == bad) return;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string msg = error_of([&] {
+    dcp::StateDict sd = dcp::testing::sharded_state(comm.rank(), comm.size(), Layout::kRow, false);
+    dcp::SaveOptions options;
+    options.comm = own;
+    options.timeout = std::chrono::seconds(2);
+    dcp::save(sd, dir, options);
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  TORCH_CHECK(seconds < 60, "rank ", comm.rank(), ": the timeout took ", seconds, " s");
+  TORCH_CHECK(msg.find("timed out after 2 s") != std::string::npos, "rank ", comm.rank(),
+              ": expected a timeout, got '", msg, "'");
+  if (comm.rank() == 0) {
+    TORCH_CHECK(msg.find("rank(s) " + std::to_string(bad) + " never arrived") != std::string::npos,
+                "the coordinator did not name rank ", bad, ": '", msg, "'");
+  }
+  TORCH_CHECK(!std::filesystem::exists(dir + "/.metadata"), "a timed-out save left .metadata");
 }
 
 void nonshared_case(dcp::Communicator& comm, const std::string& dir) {
@@ -152,6 +181,7 @@ int main(int argc, char** argv) {
       else if (command == "load") load_and_check(comm, dir, layout);
       else if (command == "fail") fail_case(comm, dir);
       else if (command == "nonshared") nonshared_case(comm, dir);
+      else if (command == "timeout") timeout_case(comm, dir);
       else if (command == "user-comm") user_comm_case(comm, dir);
       else if (command == "async") async_case(comm, dir);
       else TORCH_CHECK(false, "unknown command ", command);
