@@ -424,6 +424,21 @@ class StringSource : public detail::ArchiveSource {
   std::string bytes_;
 };
 
+// A torch.save archive holding `pkl` as data.pkl and, when given, `storage` as data/0.
+std::string archive_of(const std::string& pkl, const std::string& storage = "") {
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t n) -> size_t {
+    if (data != nullptr) out.append(static_cast<const char*>(data), n);
+    else out.append(n, '\0');
+    return n;
+  });
+  zip.writeRecord("data.pkl", pkl.data(), pkl.size());
+  zip.writeRecord("byteorder", "little", 6);
+  if (!storage.empty()) zip.writeRecord("data/0", storage.data(), storage.size());
+  zip.writeEndOfFile();
+  return out;
+}
+
 // A tensor record whose data.pkl says sizes (3, 3) and strides (2^62, 2^62) over a 16-byte
 // storage: the last element's index, 2 * 2^62 + 2 * 2^62 = 2^64, wrapped to 0.
 std::string overflowing_view_archive() {
@@ -454,21 +469,8 @@ std::string overflowing_view_archive() {
   w.reduce();
   w.tuple_from_mark();
   w.reduce();
-  const std::string pkl = w.finish();
-  std::string out;
-  {
-    caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t n) -> size_t {
-      if (data != nullptr) out.append(static_cast<const char*>(data), n);
-      else out.append(n, '\0');
-      return n;
-    });
-    zip.writeRecord("data.pkl", pkl.data(), pkl.size());
-    zip.writeRecord("byteorder", "little", 6);
-    const float storage[4] = {1, 2, 3, 4};
-    zip.writeRecord("data/0", storage, sizeof(storage));
-    zip.writeEndOfFile();
-  }
-  return out;
+  const float storage[4] = {1, 2, 3, 4};
+  return archive_of(w.finish(), std::string(reinterpret_cast<const char*>(storage), 16));
 }
 
 TEST(Issue13Finding6, AViewWhoseExtentOverflowsIsRefused) {
@@ -538,19 +540,6 @@ TEST(Issue13Finding8, DeclaredRecordSizesAreBoundedByTheItem) {
 // ---------------------------------------------------------------------------------------------
 // Finding 4: small pickles that share objects through the memo expanded without bound.
 
-// A torch.save archive holding `pkl` as data.pkl (and no storages).
-std::string archive_of(const std::string& pkl) {
-  std::string out;
-  caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t n) -> size_t {
-    if (data != nullptr) out.append(static_cast<const char*>(data), n);
-    else out.append(n, '\0');
-    return n;
-  });
-  zip.writeRecord("data.pkl", pkl.data(), pkl.size());
-  zip.writeRecord("byteorder", "little", 6);
-  zip.writeEndOfFile();
-  return out;
-}
 
 TEST(Issue13Finding4, AMemoSharedDagIsRefusedQuickly) {
   // x = []; 64 times: x = [x, x]. Python's torch.load shares the lists; a tree of Values
