@@ -8,13 +8,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:?usage: tsan_async.sh <build_dir> <torch_cmake_prefix>}/tsan"
 PREFIX="${2:?usage: tsan_async.sh <build_dir> <torch_cmake_prefix>}"
-if [[ ! -f "$BUILD/build.ninja" ]]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_PREFIX_PATH="$PREFIX" -DDCP_WITH_MPI=OFF -DDCP_WITH_NCCL=OFF \
-    -DDCP_BUILD_EXAMPLES=OFF -DDCP_BUILD_BENCHMARKS=OFF \
-    -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
-    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
-fi
+source "$ROOT/tools/instrumented_build.sh"
+configure_instrumented "$BUILD" "$PREFIX" "-fsanitize=thread" -DDCP_WITH_MPI=OFF
 cmake --build "$BUILD" -j "$(nproc)" --target async_save_test async_exit_tool distributed_test
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 suppressions=$ROOT/tools/tsan.supp"
 export OMP_NUM_THREADS=1

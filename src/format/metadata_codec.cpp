@@ -49,8 +49,9 @@ class Encoder {
     if (md.planner_data) {
       w_.empty_dict();
       w_.mark();
-      for (const auto& [fqn, path] : *md.planner_data) {
-        w_.str(fqn);
+      for (const auto& entry : *md.planner_data) {
+        w_.str(entry.first);
+        const auto& path = entry.second;  // (a structured binding cannot be captured in C++17)
         tuple_of(path.size(), [&](size_t k) {
           if (const auto* s = std::get_if<std::string>(&path[k])) w_.str(*s);
           else w_.integer(std::get<int64_t>(path[k]));
