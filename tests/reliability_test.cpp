@@ -28,6 +28,7 @@
 #include "format/pickle.h"
 #include "format/torch_save.h"
 #include "format/zip_directory.h"
+#include "testing/archive.h"
 #include "io/file.h"
 #include "planner/planner_helpers.h"
 #include "testing/test_util.h"
@@ -119,15 +120,23 @@ TEST(Issue13Finding1, AFileSizeLimitFailsTheSaveWithAnError) {
 // ---------------------------------------------------------------------------------------------
 // Finding 2: relative_path from '.metadata' was joined unchecked.
 
+// Replaces the checkpoint's '.metadata' with `md` and removes its checksum file: a hostile
+// '.metadata' comes without a matching checksum (or with none, as Python writes it), and what
+// these tests check is what parsing and validation refuse.
+void rewrite_metadata(const std::string& checkpoint, const Metadata& md) {
+  const std::string bytes = detail::encode_metadata(md);
+  detail::File f = detail::File::open(checkpoint + "/.metadata", O_WRONLY | O_TRUNC);
+  f.write_all(bytes.data(), bytes.size());
+  detail::remove_file(checkpoint + "/.metadata.checksum");
+}
+
 // Saves small_state() into `dir`/c and rewrites its '.metadata' with every data file name
 // replaced by `name`.
 void point_metadata_at(const testing::TempDir& dir, const std::string& name) {
   save(small_state(), dir.sub("c"));
   Metadata md = FileSystemReader(dir.sub("c")).read_metadata();
   for (auto& [index, info] : md.storage_data) info.relative_path = name;
-  const std::string bytes = detail::encode_metadata(md);
-  detail::File f = detail::File::open(dir.sub("c/.metadata"), O_WRONLY | O_TRUNC);
-  f.write_all(bytes.data(), bytes.size());
+  rewrite_metadata(dir.sub("c"), md);
 }
 
 std::string load_error(const std::string& checkpoint) {
@@ -279,9 +288,7 @@ void save_and_edit(const testing::TempDir& dir, const StateDict& sd,
   save(sd, dir.sub("c"));
   Metadata md = FileSystemReader(dir.sub("c")).read_metadata();
   edit(md);
-  const std::string bytes = detail::encode_metadata(md);
-  detail::File f = detail::File::open(dir.sub("c/.metadata"), O_WRONLY | O_TRUNC);
-  f.write_all(bytes.data(), bytes.size());
+  rewrite_metadata(dir.sub("c"), md);
 }
 
 TensorStorageMetadata& tensor_entry(Metadata& md, const std::string& fqn) {
@@ -409,35 +416,8 @@ TEST(Issue13Finding6, OverflowingChunkGeometryIsRefused) {
   EXPECT_NE(detail::validate_chunks("w", t, true).find("overflows"), std::string::npos);
 }
 
-// An in-memory archive.
-class StringSource : public detail::ArchiveSource {
- public:
-  explicit StringSource(std::string bytes) : bytes_(std::move(bytes)) {}
-  uint64_t size() const override { return bytes_.size(); }
-  void read(uint64_t offset, void* dst, size_t n) const override {
-    TORCH_CHECK(offset <= bytes_.size() && n <= bytes_.size() - offset, "read past the end");
-    std::memcpy(dst, bytes_.data() + offset, n);
-  }
-  std::string describe() const override { return "'test' [0, " + std::to_string(size()) + ")"; }
-
- private:
-  std::string bytes_;
-};
-
-// A torch.save archive holding `pkl` as data.pkl and, when given, `storage` as data/0.
-std::string archive_of(const std::string& pkl, const std::string& storage = "") {
-  std::string out;
-  caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t n) -> size_t {
-    if (data != nullptr) out.append(static_cast<const char*>(data), n);
-    else out.append(n, '\0');
-    return n;
-  });
-  zip.writeRecord("data.pkl", pkl.data(), pkl.size());
-  zip.writeRecord("byteorder", "little", 6);
-  if (!storage.empty()) zip.writeRecord("data/0", storage.data(), storage.size());
-  zip.writeEndOfFile();
-  return out;
-}
+using testing::archive_of;
+using testing::StringSource;
 
 // A tensor record whose data.pkl says sizes (3, 3) and strides (2^62, 2^62) over a 16-byte
 // storage: the last element's index, 2 * 2^62 + 2 * 2^62 = 2^64, wrapped to 0.
@@ -667,7 +647,9 @@ TEST(Issue13Finding9, OfTwoSavesIntoOneDirectoryAtOnceExactlyOneCommits) {
     save(b, ckpt);          // and the directory is free again
     expect_loads(b, ckpt);
     for (const auto& name : detail::list_directory(ckpt)) {
-      EXPECT_TRUE(name == ".metadata" || name.find(".distcp") != std::string::npos) << name;
+      EXPECT_TRUE(name == ".metadata" || name == ".metadata.checksum" ||
+                  name.find(".distcp") != std::string::npos)
+          << name;
     }
   }
 }

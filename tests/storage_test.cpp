@@ -49,7 +49,10 @@ class FileSystemBackend : public testing::StorageBackend {
   }
   std::vector<std::string> files(const std::string& id) override {
     if (!detail::is_directory(dir_.sub(id))) return {};
+    // The files of the format; '.metadata.checksum' is this backend's own (the checksum tests
+    // cover it).
     auto names = detail::list_directory(dir_.sub(id));
+    names.erase(std::remove(names.begin(), names.end(), ".metadata.checksum"), names.end());
     std::sort(names.begin(), names.end());
     return names;
   }

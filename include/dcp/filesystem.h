@@ -76,6 +76,8 @@ class FileSystemWriter : public StorageWriter {
  private:
   std::vector<WriteResult> write_file(const std::string& file_path,
                                       const detail::FileBucket& bucket, SavePlanner& planner);
+  void replace_file(const std::string& tmp_name, const std::string& final_name,
+                    const std::string& bytes);
 
   std::string path_;
   FileSystemWriterOptions options_;
@@ -100,7 +102,8 @@ struct FileSystemReaderOptions {
   /// Check the CRC-32 that each record's zip entry stores for its tensor data whenever a load
   /// reads the whole of it (any load in the saved layout; not a resharding read of part of a
   /// chunk). A mismatch is an error naming the item, file and range. See docs/reliability.md
-  /// for its cost.
+  /// for its cost. It also compares '.metadata' with the size and CRC-32 its checksum file
+  /// ('.metadata.checksum', written by dcp saves) records.
   bool verify_crc32 = true;
 };
 

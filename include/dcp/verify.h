@@ -1,7 +1,8 @@
 // dcp::verify: checks a checkpoint directory (written by dcp or by Python DCP) without loading
 // it into a state dict, and reports every problem it finds, each with the key, the file and the
 // byte range. What it checks (docs/reliability.md):
-//   - '.metadata' parses with the restricted reader and its decoders;
+//   - '.metadata' parses with the restricted reader and its decoders, and matches the size and
+//     CRC-32 in '.metadata.checksum' (when a dcp save wrote one);
 //   - every tensor's chunks lie inside the tensor, do not overlap and cover it exactly once;
 //     every chunk and every byte item has a storage entry;
 //   - every data file is a regular file inside the directory, every entry's byte range lies
@@ -31,6 +32,10 @@ struct VerifyReport {
   std::vector<VerifyProblem> problems;  // in key order, then file order
   int64_t records = 0;                  // records decoded
   int64_t bytes = 0;                    // bytes of the records read
+  /// '.metadata' against its checksum file: "verified"; "absent" (Python DCP writes none);
+  /// "stale" (written by a save that '.metadata' is not from: Python re-saved into the
+  /// directory), when only parsing and validation check it. A mismatch is a problem.
+  std::string metadata_checksum;
   bool ok() const { return problems.empty(); }
 };
 

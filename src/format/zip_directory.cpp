@@ -20,6 +20,8 @@
 #include <string>
 #include <utility>
 
+#include "util/crc32.h"
+
 namespace dcp::detail {
 namespace {
 
@@ -27,6 +29,7 @@ constexpr uint32_t kEocd = 0x06054b50, kEocd64 = 0x06064b50, kLocator64 = 0x0706
                    kEntry = 0x02014b50;
 constexpr size_t kEocdSize = 22, kLocatorSize = 20, kEocd64Size = 56, kEntrySize = 46,
                  kLocalHeaderSize = 30, kMaxComment = 0xFFFF;
+constexpr uint64_t kDataDescriptorFlag = 0x8;  // general purpose flag bit 3
 
 uint64_t le(const char* p, int n) {
   uint64_t v = 0;
@@ -123,7 +126,7 @@ class Walk {
               uncomp <= size_ - local - kLocalHeaderSize - name_len,
           "record '", name, "' at archive byte ", local, " with ", uncomp,
           " bytes lies outside the item's ", size_);
-    entries.push_back(ZipEntry{name, uncomp, crc});
+    entries.push_back(ZipEntry{name, uncomp, crc, local});
     return pos + kEntrySize + name_len + extra_len + comment_len;
   }
 
@@ -143,6 +146,66 @@ class Walk {
 };
 
 }  // namespace
+
+void check_zip_records(const ArchiveSource& source) {
+  auto check = [&](bool cond, const ZipEntry& e, const auto&... args) {
+    TORCH_CHECK(cond, "corrupt item ", source.describe(), ": record '", e.name, "' ",
+                c10::str(args...));
+  };
+  for (const ZipEntry& e : read_zip_directory(source)) {
+    // read_zip_directory checked that the header's fixed part and the name fit.
+    char header[kLocalHeaderSize];
+    source.read(e.local_header, header, kLocalHeaderSize);
+    const uint64_t name_len = le(header + 26, 2), extra_len = le(header + 28, 2);
+    check(le(header, 4) == 0x04034b50, e, "has no local header at archive byte ",
+          e.local_header);
+    std::string name(name_len, '\0');
+    check(name_len == e.name.size(), e, "is named differently in its local header");
+    source.read(e.local_header + kLocalHeaderSize, name.data(), name_len);
+    check(name == e.name, e, "is named '", name, "' in its local header");
+    const uint64_t flags = le(header + 6, 2), method = le(header + 8, 2),
+                   crc = le(header + 14, 4), comp = le(header + 18, 4),
+                   uncomp = le(header + 22, 4);
+    check(method == 0, e, "is compressed in its local header");
+    const uint64_t data = e.local_header + kLocalHeaderSize + name_len + extra_len;
+    check(data <= source.size() && e.size <= source.size() - data, e, "at archive byte ", data,
+          " with ", e.size, " bytes runs past the item's ", source.size());
+    if ((flags & kDataDescriptorFlag) == 0) {
+      // Sizes read 0xFFFFFFFF where a zip64 extra field holds them.
+      check((comp == 0xFFFFFFFF || comp == e.size) && (uncomp == 0xFFFFFFFF || uncomp == e.size),
+            e, "has other sizes in its local header (", comp, ", ", uncomp,
+            ") than its directory entry (", e.size, ")");
+      check(crc == e.crc32, e, "has another CRC-32 in its local header");
+    } else {
+      // What PyTorchStreamWriter writes: zeros in the header, then after the data a
+      // descriptor [PK\7\8] crc32 size size, with 4-byte sizes (8-byte ones in zip64).
+      check(crc == 0 && comp == 0 && uncomp == 0, e, "has a data descriptor, but its local "
+            "header's CRC-32 and sizes are not zero");
+      const uint64_t at = data + e.size;
+      std::string d(std::min<uint64_t>(24, source.size() - at), '\0');
+      if (!d.empty()) source.read(at, d.data(), d.size());
+      const size_t sig = d.size() >= 4 && le(d.data(), 4) == 0x08074b50 ? 4 : 0;
+      const bool short_sizes = d.size() >= sig + 12 && le(d.data() + sig + 4, 4) == e.size &&
+                               le(d.data() + sig + 8, 4) == e.size;
+      const bool long_sizes = d.size() >= sig + 20 && le(d.data() + sig + 4, 8) == e.size &&
+                              le(d.data() + sig + 12, 8) == e.size;
+      check(d.size() >= sig + 4 && le(d.data() + sig, 4) == e.crc32 && (short_sizes || long_sizes),
+            e, "has a data descriptor at archive byte ", at, " that does not match its directory "
+            "entry");
+    }
+    // In pieces: a record can be gigabytes.
+    constexpr uint64_t kPiece = 4 << 20;
+    std::string buffer(std::min(e.size, kPiece), '\0');
+    uint32_t computed = 0;
+    for (uint64_t at = 0; at < e.size; at += kPiece) {
+      const uint64_t n = std::min(kPiece, e.size - at);
+      source.read(data + at, buffer.data(), n);
+      computed = crc32(buffer.data(), n, computed);
+    }
+    check(computed == e.crc32, e, "at archive bytes [", data, ", ", data + e.size,
+          ") fails its CRC-32 check");
+  }
+}
 
 std::vector<ZipEntry> read_zip_directory(const ArchiveSource& source) {
   Walk walk(source);

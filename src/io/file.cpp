@@ -227,15 +227,22 @@ bool remove_file(const std::string& path) {
   throw_errno("removing", path, errno);
 }
 
+void remove_file_quietly(const std::string& path) noexcept {
+  (void)::unlink(path.c_str());
+}
+
 void sync_directory(const std::string& dir) {
   File d = File::open(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
   d.sync();
   d.close();
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, uint64_t max_bytes) {
   File f = File::open(path, O_RDONLY);
-  std::string data(f.size(), '\0');
+  const uint64_t size = f.size();
+  TORCH_CHECK(size <= max_bytes, "'", path, "' holds ", size, " bytes, more than the ", max_bytes,
+              " such a file can have");
+  std::string data(size, '\0');
   f.pread_all(data.data(), data.size(), 0);
   return data;
 }

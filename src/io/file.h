@@ -86,10 +86,13 @@ void create_directories(const std::string& path);
 void rename_file(const std::string& from, const std::string& to);
 /// unlink(2); returns false when the file did not exist, throws on other errors.
 bool remove_file(const std::string& path);
+/// unlink(2) on a failure path, where the failure being handled is the one to report:
+/// errors are ignored.
+void remove_file_quietly(const std::string& path) noexcept;
 /// fsync of a directory, so that renames and creations in it are durable.
 void sync_directory(const std::string& dir);
-/// Whole-file read.
-std::string read_file(const std::string& path);
+/// Whole-file read; throws when the file holds more than `max_bytes`.
+std::string read_file(const std::string& path, uint64_t max_bytes = UINT64_MAX);
 /// Names in a directory (no "." or "..").
 std::vector<std::string> list_directory(const std::string& dir);
 

@@ -1,6 +1,7 @@
 // FileSystemReader: reads a checkpoint directory written by dcp or Python DCP.
 //
-//   read_metadata: '.metadata' through the restricted pickle reader; a directory without it is
+//   read_metadata: '.metadata' through the restricted pickle reader, checked against its
+//                  checksum sidecar (storage/metadata_file.h); a directory without it is
 //                  reported as "no checkpoint" (or "incomplete" when data files are there).
 //   read_data:     the shared read path (read_items.h) over pread-based files.
 #include <c10/util/Exception.h>
@@ -9,10 +10,8 @@
 #include <algorithm>
 
 #include "dcp/filesystem.h"
-#include "format/metadata_codec.h"
-#include "io/file.h"
+#include "storage/metadata_file.h"
 #include "storage/read_items.h"
-#include "storage/paths.h"
 #include "storage/posix_input_file.h"
 
 namespace dcp {
@@ -29,23 +28,7 @@ void FileSystemReader::reset(const std::optional<std::string>& checkpoint_id) {
 }
 
 Metadata FileSystemReader::read_metadata() {
-  TORCH_CHECK(!path_.empty(), "FileSystemReader: no checkpoint path (pass a checkpoint_id)");
-  const std::string file = detail::join_path(path_, detail::paths::metadata_file());
-  if (!detail::path_exists(file)) {
-    TORCH_CHECK(detail::is_directory(path_), "no checkpoint at '", path_,
-                "': the directory does not exist");
-    bool has_data = false;
-    for (const auto& name : detail::list_directory(path_)) {
-      has_data = has_data || detail::paths::is_data_file(name);
-    }
-    TORCH_CHECK(!has_data, "no checkpoint at '", path_, "': data files are there but '",
-                detail::paths::metadata_file(),
-                "' is not, so the save that wrote them did not finish (incomplete checkpoint)");
-    TORCH_CHECK(false, "no checkpoint at '", path_, "': '", detail::paths::metadata_file(),
-                "' not found");
-  }
-  const std::string bytes = detail::read_file(file);
-  return detail::decode_metadata(bytes.data(), bytes.size(), "'" + file + "'");
+  return detail::read_metadata_file(path_, options_.verify_crc32).metadata;
 }
 
 void FileSystemReader::set_up_storage_reader(const Metadata& metadata, bool is_coordinator,

@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "dcp/filesystem.h"
+#include "format/metadata_checksum.h"
 #include "format/metadata_codec.h"
 #include "io/file.h"
 #include "storage/file_output.h"
@@ -110,11 +111,7 @@ std::future<std::vector<WriteResult>> FileSystemWriter::write_data(const SavePla
                                  written_.push_back(bucket.relative_path);
                                  return results;
                                } catch (...) {
-                                 try {
-                                   detail::remove_file(file_path);  // no partial file stays behind
-                                 } catch (const c10::Error&) {
-                                   // The write's own error is the one to report.
-                                 }
+                                 detail::remove_file_quietly(file_path);  // no partial file stays
                                  throw;
                                }
                              });
@@ -151,20 +148,20 @@ std::vector<WriteResult> FileSystemWriter::write_file(const std::string& file_pa
 void FileSystemWriter::finish(const Metadata& metadata,
                               const std::vector<std::vector<WriteResult>>& results) {
   const std::string bytes = detail::encode_metadata(metadata);
-  const std::string tmp = detail::join_path(path_, detail::paths::metadata_temp_file());
-  const std::string final_path = detail::join_path(path_, detail::paths::metadata_file());
   try {
-    detail::File file = detail::File::open(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-    file.write_all(bytes.data(), bytes.size());
-    if (options_.sync_files) file.sync();
-    file.close();
-    detail::rename_file(tmp, final_path);
-  } catch (...) {
-    try {
-      detail::remove_file(tmp);
-    } catch (const c10::Error&) {
-      // The commit's own error is the one to report.
+    // Note [Metadata checksum]: the sidecar goes first; without a save id it could not tell
+    // a corrupt '.metadata' from a stale sidecar, so none is written.
+    const std::optional<std::string>& save_id =
+        metadata.storage_meta ? metadata.storage_meta->save_id : std::nullopt;
+    if (save_id) {
+      replace_file(detail::paths::metadata_checksum_temp_file(),
+                   detail::paths::metadata_checksum_file(),
+                   detail::encode_metadata_checksum(bytes, *save_id));
+    } else {
+      detail::remove_file(detail::join_path(path_, detail::paths::metadata_checksum_file()));
     }
+    replace_file(detail::paths::metadata_temp_file(), detail::paths::metadata_file(), bytes);
+  } catch (...) {
     lock_.reset();
     throw;
   }
@@ -183,6 +180,23 @@ void FileSystemWriter::finish(const Metadata& metadata,
   }
   if (removed && options_.sync_files) detail::sync_directory(path_);
   lock_.reset();
+}
+
+// Writes `bytes` to `tmp`, fsyncs it and renames it to `final_name` (names in the directory);
+// a failure removes `tmp` and rethrows.
+void FileSystemWriter::replace_file(const std::string& tmp_name, const std::string& final_name,
+                                    const std::string& bytes) {
+  const std::string tmp = detail::join_path(path_, tmp_name);
+  try {
+    detail::File file = detail::File::open(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    file.write_all(bytes.data(), bytes.size());
+    if (options_.sync_files) file.sync();
+    file.close();
+    detail::rename_file(tmp, detail::join_path(path_, final_name));
+  } catch (...) {
+    detail::remove_file_quietly(tmp);  // the commit's own error is the one to report
+    throw;
+  }
 }
 
 // The probe holds the coordinator's save id; a rank sees it when it can open the file in its

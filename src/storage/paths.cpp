@@ -24,6 +24,8 @@ std::string save_token(const std::string& save_id) {
   }
   return token;
 }
+std::string metadata_checksum_file() { return ".metadata.checksum"; }
+std::string metadata_checksum_temp_file() { return ".metadata.checksum.tmp"; }
 std::string lock_file() { return ".dcp_lock"; }
 std::string data_file(const std::string& prefix, int index) {
   return prefix + std::to_string(index) + kSuffix;

@@ -15,6 +15,10 @@ std::string rank_prefix(int rank, const std::string& save_token = "");
 /// The short token that makes a save's data file names unique: the first 8 hex digits of its
 /// save id.
 std::string save_token(const std::string& save_id);
+/// The checksum of the committed metadata (Note [Metadata checksum]): ".metadata.checksum".
+std::string metadata_checksum_file();
+/// Where the coordinator writes it before the rename: ".metadata.checksum.tmp".
+std::string metadata_checksum_temp_file();
 /// The lock a save holds on its checkpoint directory: ".dcp_lock".
 std::string lock_file();
 /// A data file: "{prefix}{index}.distcp", e.g. "__3_0.distcp".

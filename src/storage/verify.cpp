@@ -1,9 +1,10 @@
 // dcp::verify (see dcp/verify.h):
-//   1. read '.metadata' (a failure ends the check with one problem);
+//   1. read '.metadata' and compare it with its checksum file (a failure ends the check with
+//      one problem);
 //   2. per key: chunk geometry (validate_chunks), a storage entry for every chunk and byte item;
 //   3. per file: a plain relative name of a regular file inside the directory; the entries'
 //      ranges, sorted by offset, inside the file and disjoint;
-//   4. per record, on `thread_count` threads: decode it whole (tensor data CRC-checked) and
+//   4. per record, on `thread_count` threads: check every zip record's CRC-32, decode it whole and
 //      compare the tensor with its chunk.
 #include "dcp/verify.h"
 
@@ -17,7 +18,9 @@
 
 #include "dcp/filesystem.h"
 #include "format/torch_save.h"
+#include "format/zip_directory.h"
 #include "planner/planner_helpers.h"
+#include "storage/metadata_file.h"
 #include "storage/paths.h"
 #include "storage/posix_input_file.h"
 #include "storage/read_items.h"
@@ -47,7 +50,9 @@ VerifyReport verify(const std::string& checkpoint_id, const VerifyOptions& optio
   };
   Metadata md;
   try {
-    md = FileSystemReader(checkpoint_id).read_metadata();
+    detail::MetadataFile file = detail::read_metadata_file(checkpoint_id, /*check_checksum=*/true);
+    md = std::move(file.metadata);
+    report.metadata_checksum = detail::checksum_name(file.checksum);
   } catch (const c10::Error& e) {
     problem("", detail::paths::metadata_file(), -1, -1, message_of(e));
     return report;
@@ -126,6 +131,7 @@ VerifyReport verify(const std::string& checkpoint_id, const VerifyOptions& optio
       TORCH_CHECK(info.transform_descriptors.empty(), "stored with transforms, which dcp does ",
                   "not read yet");
       const detail::ItemSource source(files.at(info.relative_path), info);
+      detail::check_zip_records(source);
       if (r.tensor == nullptr) {
         detail::read_value_archive(source, /*verify_crc32=*/true);
       } else {

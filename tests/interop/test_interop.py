@@ -126,6 +126,20 @@ class PythonSavesCppLoads(unittest.TestCase):
                 out = run_tool("load", d)
                 self.assertIn("every value equal", out)
 
+    def test_python_resave_over_a_dcp_checkpoint_leaves_a_stale_checksum_that_is_ignored(self):
+        # dcp writes '.metadata.checksum' beside '.metadata'; Python DCP neither reads nor
+        # rewrites it, so after Python saves into the same directory the checksum describes
+        # another save. dcp must tell that from corruption: the load succeeds.
+        with tempfile.TemporaryDirectory() as d:
+            run_tool("save", d)
+            checksum = os.path.join(d, ".metadata.checksum")
+            self.assertTrue(os.path.exists(checksum))
+            before = open(checksum, "rb").read()
+            dcp.save(reference_state_dict(), checkpoint_id=d, no_dist=True)
+            self.assertEqual(open(checksum, "rb").read(), before)
+            out = run_tool("load", d)
+            self.assertIn("every value equal", out)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,35 @@
+// Reading a checkpoint directory's '.metadata': the "no checkpoint" and "incomplete
+// checkpoint" diagnoses, the bounded read, decoding, and the checksum sidecar's verdict (Note
+// [Metadata checksum] in format/metadata_checksum.cpp). FileSystemReader and dcp::verify use it.
+#pragma once
+
+#include <string>
+
+#include "dcp/metadata.h"
+
+namespace dcp::detail {
+
+struct MetadataFile {
+  enum class Checksum {
+    kUnchecked,  // not asked to check it
+    kAbsent,     // no sidecar: written by Python DCP (or by a save without a save id)
+    kVerified,   // the sidecar matches, byte for byte
+    kStale,      // the sidecar belongs to another save: '.metadata' is checked by parsing only
+  };
+  Metadata metadata;
+  Checksum checksum = Checksum::kUnchecked;
+};
+
+/// The largest '.metadata' read (1 GiB: tens of millions of entries; Python's own pickle.load
+/// would need several times that in objects).
+constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
+
+/// Reads and decodes `dir`/.metadata; with `check_checksum`, compares it with its sidecar.
+/// Throws c10::Error when there is no checkpoint, when it does not decode, and when the
+/// sidecar shows it corrupt (naming both files).
+MetadataFile read_metadata_file(const std::string& dir, bool check_checksum);
+
+/// "verified", "absent", ...: for reports.
+const char* checksum_name(MetadataFile::Checksum checksum);
+
+}  // namespace dcp::detail
