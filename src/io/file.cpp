@@ -1,4 +1,6 @@
-// POSIX file helpers (see file.h). Every errno becomes an exception in throw_errno.
+// POSIX file helpers (see file.h). Every errno becomes an exception in throw_errno. Each
+// operation that changes the file system first asks the fault-injection seam
+// (io/fault_injection.h), which is idle outside tests.
 #include "io/file.h"
 
 #include <c10/util/Exception.h>
@@ -11,6 +13,8 @@
 #include <cstdlib>
 #include <cerrno>
 #include <cstring>
+
+#include "io/fault_injection.h"
 
 namespace dcp::detail {
 
@@ -40,6 +44,12 @@ namespace {
 
 // open(2) with O_CLOEXEC, retried on EINTR: the descriptor, or -1 with errno set.
 int open_retrying(const std::string& path, int flags, mode_t mode) {
+  if ((flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)) != 0) {
+    if (const int err = inject_fault(FileOp::kOpen, path); err != 0) {
+      errno = err;
+      return -1;
+    }
+  }
   int fd;
   do {
     fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
@@ -49,9 +59,10 @@ int open_retrying(const std::string& path, int flags, mode_t mode) {
 
 // write(2) until all n bytes are out, retried on EINTR. Returns 0, or the errno that stopped
 // it; *written counts the bytes that went out either way.
-int write_fully(int fd, const void* data, size_t n, size_t* written) {
+int write_fully(int fd, const std::string& path, const void* data, size_t n, size_t* written) {
   const char* p = static_cast<const char*>(data);
   *written = 0;
+  if (const int err = inject_fault(FileOp::kWrite, path); err != 0) return err;
   while (*written < n) {
     const ssize_t w = ::write(fd, p + *written, n - *written);
     if (w < 0) {
@@ -118,7 +129,7 @@ std::optional<File> File::open_direct(const std::string& path, int flags, mode_t
 
 bool File::write_all_direct(const void* data, size_t n) {
   size_t written = 0;
-  const int err = write_fully(fd_, data, n, &written);
+  const int err = write_fully(fd_, path_, data, n, &written);
   if (err == EINVAL && written == 0) return false;
   if (err != 0) throw_errno("writing (O_DIRECT)", path_, err);
   return true;
@@ -134,21 +145,29 @@ void File::clear_direct() {
 bool File::preallocate(uint64_t bytes) {
   if (bytes == 0) return true;
   int r;
-  do {
-    r = ::fallocate(fd_, 0, 0, static_cast<off_t>(bytes));
-  } while (r != 0 && errno == EINTR);
+  if (const int err = inject_fault(FileOp::kFallocate, path_); err != 0) {
+    r = -1;
+    errno = err;
+  } else {
+    do {
+      r = ::fallocate(fd_, 0, 0, static_cast<off_t>(bytes));
+    } while (r != 0 && errno == EINTR);
+  }
   if (r == 0) return true;
   if (errno == EOPNOTSUPP || errno == ENOSYS) return false;
   throw_errno("allocating " + std::to_string(bytes) + " bytes for", path_, errno);
 }
 
 void File::truncate(uint64_t size) {
+  if (const int err = inject_fault(FileOp::kTruncate, path_); err != 0) {
+    throw_errno("truncating", path_, err);
+  }
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) throw_errno("truncating", path_, errno);
 }
 
 void File::write_all(const void* data, size_t n) {
   size_t written = 0;
-  if (const int err = write_fully(fd_, data, n, &written); err != 0) {
+  if (const int err = write_fully(fd_, path_, data, n, &written); err != 0) {
     throw_errno("writing", path_, err);
   }
 }
@@ -182,6 +201,9 @@ uint64_t File::size() const {
 }
 
 void File::sync() {
+  if (const int err = inject_fault(FileOp::kFsync, path_); err != 0) {
+    throw_errno("fsync", path_, err);
+  }
   if (::fsync(fd_) != 0) throw_errno("fsync", path_, errno);
 }
 
@@ -212,22 +234,32 @@ void create_directories(const std::string& path) {
   if (path.empty() || is_directory(path)) return;
   const auto slash = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
   if (slash != std::string::npos && slash > 0) create_directories(path.substr(0, slash));
+  if (const int err = inject_fault(FileOp::kMkdir, path); err != 0) {
+    throw_errno("creating directory", path, err);
+  }
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
     throw_errno("creating directory", path, errno);
   }
 }
 
 void rename_file(const std::string& from, const std::string& to) {
+  if (const int err = inject_fault(FileOp::kRename, from); err != 0) {
+    throw_errno("renaming to '" + to + "'", from, err);
+  }
   if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("renaming to '" + to + "'", from, errno);
 }
 
 bool remove_file(const std::string& path) {
+  if (const int err = inject_fault(FileOp::kUnlink, path); err != 0) {
+    throw_errno("removing", path, err);
+  }
   if (::unlink(path.c_str()) == 0) return true;
   if (errno == ENOENT) return false;
   throw_errno("removing", path, errno);
 }
 
 void remove_file_quietly(const std::string& path) noexcept {
+  if (inject_fault(FileOp::kUnlink, path) != 0) return;
   (void)::unlink(path.c_str());
 }
 

@@ -61,6 +61,14 @@ void abort_quietly(StorageWriter& writer) {
   }
 }
 
+// "saving checkpoint '<id>'", or "saving checkpoint" when the storage was given without an id
+// (the storage's own errors name its files).
+std::string describe(const char* verb, const std::optional<std::string>& checkpoint_id) {
+  return checkpoint_id && !checkpoint_id->empty()
+             ? std::string(verb) + " checkpoint '" + *checkpoint_id + "'"
+             : std::string(verb) + " checkpoint";
+}
+
 }  // namespace
 
 Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& options,
@@ -68,7 +76,7 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
   SingleProcessCommunicator local;
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
-  const std::string what = "saving checkpoint '" + checkpoint_id.value_or("") + "'";
+  const std::string what = describe("saving", checkpoint_id);
   comm.set_timeout(options.timeout);  // Note [Collective deadlines] (mpi_communicator.cpp)
   detail::DistWrapper dist(comm, options.coordinator_rank);
   const bool is_coordinator = dist.is_coordinator();
@@ -139,7 +147,7 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
   SingleProcessCommunicator local;
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
-  const std::string what = "loading checkpoint '" + checkpoint_id.value_or("") + "'";
+  const std::string what = describe("loading", checkpoint_id);
   comm.set_timeout(options.timeout);  // Note [Collective deadlines] (mpi_communicator.cpp)
   detail::DistWrapper dist(comm, options.coordinator_rank);
   const bool is_coordinator = dist.is_coordinator();

@@ -8,10 +8,11 @@
 //      without a checkpoint, "__{rank}_{token}_" (unique to this save) where one exists.
 //   3. write_data (every rank): write '{prefix}{k}.distcp' under final names, fsync each; a
 //      rank that fails removes the files it was writing.
-//   4. finish (coordinator): write '.metadata.tmp', fsync, rename to '.metadata', fsync the
-//      directory. Until this rename the new checkpoint does not exist and the old one, if any,
-//      is intact. Then remove the data files the new '.metadata' does not reference, fsync the
-//      directory, release the lock.
+//   4. finish (coordinator): write '.metadata.checksum.tmp', fsync, rename to
+//      '.metadata.checksum' (Note [Metadata checksum]); write '.metadata.tmp', fsync, rename to
+//      '.metadata', fsync the directory. Until this rename the new checkpoint does not exist
+//      and the old one, if any, is intact. Then remove the data files the new '.metadata' does
+//      not reference, fsync the directory, release the lock.
 //
 // Note [Re-save]: a save into a directory that already holds a checkpoint must not touch that
 // checkpoint's files before it commits: a save that is killed or runs out of space would
@@ -22,7 +23,10 @@
 // then are the old files removed. Two saves into one directory at once would remove each
 // other's files; the lock makes the second one fail before any rank writes. Files left by a
 // save that died (its own data files, a '.metadata.tmp') are unreferenced and removed by the
-// next save that commits there.
+// next save that commits there. When the fsync of the directory right after the rename fails,
+// the save reports it and keeps the old files: whether the rename is durable is unknown, and
+// after a power loss the old '.metadata' could be back. tests/fault_injection_test.cpp fails
+// and crashes a save at each of its file operations in turn.
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 
