@@ -107,12 +107,13 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
             for (const auto& p : final_plans) out.push_back(detail::encode_save_plan(p));
             return out;
           });
-      const SavePlan central_plan = planner->finish_plan(detail::decode_save_plan(central));
-
+      // Every rank-local call runs inside a step, so that its failure reaches every rank
+      // (finish_plan is the planner's, and may throw).
       const std::string committed = dist.all_reduce(
           "write",
           [&] {
-            return detail::encode_write_results(writer.write_data(central_plan, *planner).get());
+            const SavePlan plan = planner->finish_plan(detail::decode_save_plan(central));
+            return detail::encode_write_results(writer.write_data(plan, *planner).get());
           },
           [&](std::vector<std::string> encoded) {
             std::vector<std::vector<WriteResult>> all_results;
@@ -158,23 +159,27 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
   detail::with_context([&] {
     if (checkpoint_id) reader.reset(checkpoint_id);
     Metadata metadata;
+    std::string bytes;  // the broadcast metadata, on the ranks other than the coordinator
     if (dist.size() == 1) {
       metadata = reader.read_metadata();
     } else {
       // The coordinator keeps what it read; only the other ranks parse the broadcast (at
       // scale a parse costs seconds and gigabytes).
       std::optional<Metadata> read;
-      const std::string bytes = dist.broadcast("read metadata", [&] {
+      bytes = dist.broadcast("read metadata", [&] {
         read = reader.read_metadata();
         return detail::encode_metadata(*read);
       });
-      metadata = read ? std::move(*read)
-                      : detail::decode_metadata(bytes.data(), bytes.size(), "the broadcast metadata");
+      if (read) metadata = std::move(*read);
     }
 
+    // Every rank-local call runs inside a step, so that its failure reaches every rank.
     const std::string central = dist.reduce_scatter(
         "plan",
         [&] {
+          if (!bytes.empty()) {
+            metadata = detail::decode_metadata(bytes.data(), bytes.size(), "the broadcast metadata");
+          }
           planner->set_up_planner(state, metadata, is_coordinator);
           reader.set_up_storage_reader(metadata, is_coordinator, rank);
           return detail::encode_load_plan(reader.prepare_local_plan(planner->create_local_plan()));
@@ -187,9 +192,9 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
           for (const auto& p : plans) out.push_back(detail::encode_load_plan(p));
           return out;
         });
-    const LoadPlan central_plan = planner->finish_plan(detail::decode_load_plan(central));
     dist.all_gather("read", [&] {
-      reader.read_data(central_plan, *planner).get();
+      const LoadPlan plan = planner->finish_plan(detail::decode_load_plan(central));
+      reader.read_data(plan, *planner).get();
       return std::string();
     });
   }, [&] { return c10::str("rank ", rank, ": ", what); });

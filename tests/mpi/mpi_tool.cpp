@@ -11,6 +11,10 @@
 //                                      messages: the checkpoint's collectives must not mix
 //   mpi_tool async <dir>               async saves while the trainer runs MPI collectives on
 //                                      MPI_COMM_WORLD and mutates its tensors; then load + check
+//   mpi_tool every-rank <dir>          a failure injected on one rank at each step of save, load
+//                                      and async_save: every rank gets the error, naming the
+//                                      step and the rank, within the case's time bound, and the
+//                                      previous checkpoint stays whole
 // Layouts: row, column, mesh2d. Exit code 0 only when every rank succeeded.
 #include <mpi.h>
 
@@ -18,7 +22,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <optional>
 
 #include "dcp/dcp.h"
 #include "testing/sharded_state.h"
@@ -163,6 +169,209 @@ void async_case(dcp::Communicator& comm, const std::string& dir) {
   load_and_check(comm, dir + "/round2", Layout::kColumn);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Every rank returns (issue #13): one rank fails at one step; every rank must raise an error
+// that names the step and that rank, well within the deadline given to the collectives (so a
+// rank left waiting would fail the bound rather than hang), and a failed save must leave the
+// previous checkpoint whole.
+
+enum class Step {
+  kNone,
+  kSetUp,       // planner.set_up_planner (every rank)
+  kLocalPlan,   // planner.create_local_plan
+  kGlobalPlan,  // planner.create_global_plan (coordinator)
+  kFinishPlan,  // planner.finish_plan
+  kResolve,     // save: planner.resolve_data, while writing
+  kCommit,      // load: planner.commit_tensor, while reading
+};
+
+[[noreturn]] void injected(const char* where) { TORCH_CHECK(false, "injected fault in ", where); }
+
+class FaultySavePlanner : public dcp::DefaultSavePlanner {
+ public:
+  explicit FaultySavePlanner(Step step) : step_(step) {}
+  void set_up_planner(const dcp::StateDict& state, const std::optional<dcp::StorageMeta>& meta,
+                      bool is_coordinator) override {
+    if (step_ == Step::kSetUp) injected("set_up_planner");
+    DefaultSavePlanner::set_up_planner(state, meta, is_coordinator);
+  }
+  dcp::SavePlan create_local_plan() override {
+    if (step_ == Step::kLocalPlan) injected("create_local_plan");
+    return DefaultSavePlanner::create_local_plan();
+  }
+  std::pair<std::vector<dcp::SavePlan>, dcp::Metadata> create_global_plan(
+      std::vector<dcp::SavePlan> plans) override {
+    if (step_ == Step::kGlobalPlan) injected("create_global_plan");
+    return DefaultSavePlanner::create_global_plan(std::move(plans));
+  }
+  dcp::SavePlan finish_plan(dcp::SavePlan plan) override {
+    if (step_ == Step::kFinishPlan) injected("finish_plan");
+    return DefaultSavePlanner::finish_plan(std::move(plan));
+  }
+  dcp::WritePayload resolve_data(const dcp::WriteItem& item) override {
+    if (step_ == Step::kResolve) injected("resolve_data");
+    return DefaultSavePlanner::resolve_data(item);
+  }
+
+ private:
+  Step step_;
+};
+
+class FaultyLoadPlanner : public dcp::DefaultLoadPlanner {
+ public:
+  explicit FaultyLoadPlanner(Step step) : step_(step) {}
+  void set_up_planner(dcp::StateDict& state, const dcp::Metadata& metadata,
+                      bool is_coordinator) override {
+    if (step_ == Step::kSetUp) injected("set_up_planner");
+    DefaultLoadPlanner::set_up_planner(state, metadata, is_coordinator);
+  }
+  dcp::LoadPlan create_local_plan() override {
+    if (step_ == Step::kLocalPlan) injected("create_local_plan");
+    return DefaultLoadPlanner::create_local_plan();
+  }
+  std::vector<dcp::LoadPlan> create_global_plan(std::vector<dcp::LoadPlan> plans) override {
+    if (step_ == Step::kGlobalPlan) injected("create_global_plan");
+    return DefaultLoadPlanner::create_global_plan(std::move(plans));
+  }
+  dcp::LoadPlan finish_plan(dcp::LoadPlan plan) override {
+    if (step_ == Step::kFinishPlan) injected("finish_plan");
+    return DefaultLoadPlanner::finish_plan(std::move(plan));
+  }
+  void commit_tensor(const dcp::ReadItem& item, const at::Tensor& tensor) override {
+    if (step_ == Step::kCommit) injected("commit_tensor");
+    DefaultLoadPlanner::commit_tensor(item, tensor);
+  }
+
+ private:
+  Step step_;
+};
+
+// A reader whose read_metadata (coordinator) or read_data fails.
+class FaultyReader : public dcp::StorageReaderWrapper {
+ public:
+  FaultyReader(const std::string& dir, bool metadata, bool data)
+      : StorageReaderWrapper(std::make_shared<dcp::FileSystemReader>(dir)),
+        metadata_(metadata),
+        data_(data) {}
+  dcp::Metadata read_metadata() override {
+    if (metadata_) injected("read_metadata");
+    return StorageReaderWrapper::read_metadata();
+  }
+  std::future<void> read_data(const dcp::LoadPlan& plan, dcp::LoadPlanner& planner) override {
+    if (data_) injected("read_data");
+    return StorageReaderWrapper::read_data(plan, planner);
+  }
+
+ private:
+  bool metadata_, data_;
+};
+
+struct Case {
+  const char* name;
+  int bad;                // the failing rank (-1: the last one)
+  const char* step;       // the step every rank's error must name
+  std::function<void(dcp::Communicator&, const std::string& dir, bool bad)> run;
+};
+
+void every_rank_case(dcp::Communicator& comm, const std::string& dir) {
+  using dcp::testing::FaultPoint;
+  const std::chrono::seconds deadline(60);  // on the collectives: a stuck rank fails, not hangs
+  const std::string good = dir + "/good";
+  save_state(comm, good, Layout::kRow);
+  auto save_options = [&](Step step, bool bad) {
+    dcp::SaveOptions o;
+    o.comm = &comm;
+    o.timeout = deadline;
+    o.planner = std::make_shared<FaultySavePlanner>(bad ? step : Step::kNone);
+    return o;
+  };
+  auto saving = [&](Step step) {
+    return [=](dcp::Communicator& c, const std::string& d, bool bad) {
+      dcp::StateDict sd = dcp::testing::sharded_state(c.rank(), c.size(), Layout::kRow, false);
+      dcp::save(sd, d, save_options(step, bad));
+    };
+  };
+  auto writer_fault = [&](FaultPoint point) {
+    return [=](dcp::Communicator& c, const std::string& d, bool bad) {
+      dcp::StateDict sd = dcp::testing::sharded_state(c.rank(), c.size(), Layout::kRow, false);
+      dcp::testing::FaultInjectionWriter writer(std::make_shared<dcp::FileSystemWriter>(d),
+                                                bad ? point : FaultPoint::kNone);
+      dcp::save(sd, writer, save_options(Step::kNone, false));
+    };
+  };
+  auto loading = [&](Step step, bool metadata, bool data) {
+    return [=](dcp::Communicator& c, const std::string&, bool bad) {
+      dcp::StateDict sd = dcp::testing::sharded_state(c.rank(), c.size(), Layout::kColumn, true);
+      FaultyReader reader(good, bad && metadata, bad && data);
+      dcp::LoadOptions o;
+      o.comm = &c;
+      o.timeout = deadline;
+      o.planner = std::make_shared<FaultyLoadPlanner>(bad ? step : Step::kNone);
+      dcp::load(sd, reader, o);
+    };
+  };
+  auto async_saving = [&](Step step, FaultPoint point, bool undefined_tensor) {
+    return [=](dcp::Communicator& c, const std::string& d, bool bad) {
+      dcp::StateDict sd = dcp::testing::sharded_state(c.rank(), c.size(), Layout::kRow, false);
+      if (bad && undefined_tensor) sd["broken"] = at::Tensor();  // staging fails here only
+      dcp::AsyncSaveOptions o;
+      static_cast<dcp::SaveOptions&>(o) = save_options(step, bad);
+      auto writer = std::make_shared<dcp::testing::FaultInjectionWriter>(
+          std::make_shared<dcp::FileSystemWriter>(d), bad ? point : FaultPoint::kNone);
+      dcp::async_save(sd, writer, o).get();
+    };
+  };
+  const int last = comm.size() - 1;
+  const std::vector<Case> cases = {
+      {"save: set_up_planner", last, "plan", saving(Step::kSetUp)},
+      {"save: create_local_plan", last, "plan", saving(Step::kLocalPlan)},
+      {"save: create_global_plan", 0, "plan", saving(Step::kGlobalPlan)},
+      {"save: finish_plan", last, "write", saving(Step::kFinishPlan)},
+      {"save: resolve_data", last, "write", saving(Step::kResolve)},
+      {"save: write_data", last, "write", writer_fault(FaultPoint::kWriteData)},
+      {"save: commit", 0, "write", writer_fault(FaultPoint::kFinish)},
+      {"load: read_metadata", 0, "read metadata", loading(Step::kNone, true, false)},
+      {"load: set_up_planner", last, "plan", loading(Step::kSetUp, false, false)},
+      {"load: create_local_plan", last, "plan", loading(Step::kLocalPlan, false, false)},
+      {"load: create_global_plan", 0, "plan", loading(Step::kGlobalPlan, false, false)},
+      {"load: finish_plan", last, "read", loading(Step::kFinishPlan, false, false)},
+      {"load: read_data", last, "read", loading(Step::kNone, false, true)},
+      {"load: commit_tensor", last, "read", loading(Step::kCommit, false, false)},
+      // A staging failure travels in the plan step (Note [Failed staging]).
+      {"async_save: staging", last, "plan", async_saving(Step::kNone, FaultPoint::kNone, true)},
+      {"async_save: create_local_plan", last, "plan",
+       async_saving(Step::kLocalPlan, FaultPoint::kNone, false)},
+      {"async_save: create_global_plan", 0, "plan",
+       async_saving(Step::kGlobalPlan, FaultPoint::kNone, false)},
+      {"async_save: write_data", last, "write",
+       async_saving(Step::kNone, FaultPoint::kWriteData, false)},
+      {"async_save: commit", 0, "write", async_saving(Step::kNone, FaultPoint::kFinish, false)},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
+    const std::string target = dir + "/case" + std::to_string(k);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string msg = error_of([&] { c.run(comm, target, comm.rank() == c.bad); });
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string expected_rank = "failed on rank " + std::to_string(c.bad) + " of ";
+    TORCH_CHECK(!msg.empty(), c.name, ": rank ", comm.rank(), " got no error");
+    TORCH_CHECK(msg.find(expected_rank) != std::string::npos, c.name, ": rank ", comm.rank(),
+                " does not name rank ", c.bad, ": '", msg, "'");
+    TORCH_CHECK(msg.find("step '" + std::string(c.step)) != std::string::npos, c.name,
+                ": rank ", comm.rank(), " does not name step '", c.step, "': '", msg, "'");
+    TORCH_CHECK(msg.find("injected fault") != std::string::npos ||
+                    msg.find("undefined") != std::string::npos,
+                c.name, ": rank ", comm.rank(), " lost the cause: '", msg, "'");
+    TORCH_CHECK(seconds < 30, c.name, ": rank ", comm.rank(), " took ", seconds, " s");
+    TORCH_CHECK(!std::filesystem::exists(target + "/.metadata"), c.name,
+                ": a failed save left .metadata");
+    comm.barrier();
+    if (comm.rank() == 0) std::cout << "  every rank failed cleanly: " << c.name << "\n";
+  }
+  load_and_check(comm, good, Layout::kMesh2d);  // untouched by all of it
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,6 +393,7 @@ int main(int argc, char** argv) {
       else if (command == "timeout") timeout_case(comm, dir);
       else if (command == "user-comm") user_comm_case(comm, dir);
       else if (command == "async") async_case(comm, dir);
+      else if (command == "every-rank") every_rank_case(comm, dir);
       else TORCH_CHECK(false, "unknown command ", command);
     } catch (const c10::Error& e) {
       std::cerr << "rank " << comm.rank() << ": " << e.what_without_backtrace() << "\n";
