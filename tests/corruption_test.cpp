@@ -162,7 +162,9 @@ TEST(Corruption, EveryFlippedByteIsDetectedOrListedAsHarmless) {
   // Data files: each byte belongs to one record (the records cover the file).
   std::map<std::string, std::vector<const StorageInfo*>> by_file;
   for (const auto& [index, info] : md.storage_data) by_file[info.relative_path].push_back(&info);
-  for (const auto& [file, infos] : by_file) {
+  for (const auto& entry : by_file) {
+    const std::string& file = entry.first;  // (structured bindings cannot be captured in C++17)
+    const std::vector<const StorageInfo*>& infos = entry.second;
     const std::string bytes = read_all(ckpt + "/" + file);
     flip_each_byte(file, [&](uint64_t at) -> std::string {
       for (const StorageInfo* info : infos) {
