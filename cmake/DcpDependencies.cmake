@@ -5,13 +5,7 @@
 find_package(Torch REQUIRED)
 find_package(Threads REQUIRED)
 # ISA-L's CRC-32 (the zip polynomial, PCLMUL-accelerated): checks tensor records on load.
-find_path(ISAL_INCLUDE_DIR isa-l/crc.h REQUIRED)
-find_library(ISAL_LIBRARY isal REQUIRED)
-if(NOT TARGET dcp_isal)
-  add_library(dcp_isal INTERFACE IMPORTED)
-  target_include_directories(dcp_isal INTERFACE ${ISAL_INCLUDE_DIR})
-  target_link_libraries(dcp_isal INTERFACE ${ISAL_LIBRARY})
-endif()
+find_package(ISAL REQUIRED)
 
 # fmt: LibTorch's include folder carries its own fmt headers (c10 includes them), so any
 # '#include <fmt/...>' in a translation unit that sees LibTorch resolves there. Linking a
@@ -54,4 +48,17 @@ endif()
 if(DCP_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(Python3 REQUIRED COMPONENTS Interpreter)
+endif()
+
+# Inside another project (add_subdirectory, FetchContent), the imported targets found here
+# would be visible in this directory only, and the parent's targets that link dcp::dcp could
+# not resolve torch or MPI::MPI_CXX: make them global.
+if(NOT PROJECT_IS_TOP_LEVEL)
+  get_directory_property(_dcp_imported IMPORTED_TARGETS)
+  foreach(_target IN LISTS _dcp_imported)
+    get_target_property(_global ${_target} IMPORTED_GLOBAL)
+    if(NOT _global)
+      set_target_properties(${_target} PROPERTIES IMPORTED_GLOBAL TRUE)
+    endif()
+  endforeach()
 endif()
