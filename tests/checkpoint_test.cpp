@@ -34,6 +34,37 @@ TEST(CheckpointTest, RoundTripOfTheReferenceStateDictIsBitwise) {
   EXPECT_EQ(md.state_dict_metadata.count("empty_dict"), 0u);
 }
 
+// Loading without a destination (Python's _EmptyStateDictLoadPlanner): the whole nested state
+// comes back from the metadata alone, bit for bit; `keys` narrows it to some subtrees. As in
+// Python, paths hold dict keys as strings: the optimizer's {0: state} comes back as
+// {"0": state}.
+TEST(CheckpointTest, EmptyStateDictLoadPlannerRebuildsTheWholeState) {
+  testing::TempDir dir;
+  StateDict sd = testing::reference_state_dict();
+  sd.erase("empty_dict");  // saves nothing, so nothing comes back
+  save(sd, dir.sub("ckpt"));
+  StateDict loaded;
+  LoadOptions options;
+  options.planner = std::make_shared<EmptyStateDictLoadPlanner>();
+  load(loaded, dir.sub("ckpt"), options);
+  Dict& optim = sd.at("optim").dict();
+  optim.at("state") = Dict{{Key("0"), optim.at("state").dict().at(Key(int64_t{0}))}};
+  const std::string diff = testing::describe_difference(Value(sd), Value(loaded));
+  EXPECT_TRUE(diff.empty()) << diff;
+
+  StateDict some;
+  options.planner = std::make_shared<EmptyStateDictLoadPlanner>(std::vector<std::string>{"optim"});
+  load(some, dir.sub("ckpt"), options);
+  ASSERT_EQ(some.size(), 1u);
+  EXPECT_TRUE(testing::describe_difference(sd.at("optim"), some.at("optim")).empty());
+
+  StateDict none;
+  options.planner = std::make_shared<EmptyStateDictLoadPlanner>(std::vector<std::string>{"nope"});
+  EXPECT_THROW(load(none, dir.sub("ckpt"), options), c10::ValueError);
+  options.planner = std::make_shared<EmptyStateDictLoadPlanner>();
+  EXPECT_THROW(load(loaded, dir.sub("ckpt"), options), c10::ValueError);  // not empty
+}
+
 TEST(CheckpointTest, LoadFillsTensorsInPlaceAndReplacesOtherValues) {
   testing::TempDir dir;
   StateDict sd;

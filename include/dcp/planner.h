@@ -199,4 +199,19 @@ class DefaultLoadPlanner : public LoadPlanner {
   std::map<std::string, size_t> by_fqn_;
 };
 
+/// Python's _EmptyStateDictLoadPlanner: loads a checkpoint without a destination. Given an
+/// empty state dict, it builds one from the metadata (a tensor of each saved global shape and
+/// dtype, None for each value, nested again through planner_data) and loads into it. `keys`
+/// keeps only those flat keys and the keys below them ("model" keeps "model.w"); empty: all.
+/// Every rank builds the whole selection.
+class EmptyStateDictLoadPlanner : public DefaultLoadPlanner {
+ public:
+  explicit EmptyStateDictLoadPlanner(std::vector<std::string> keys = {});
+  /// Throws when `state` is not empty, or when `keys` selects nothing.
+  void set_up_planner(StateDict& state, const Metadata& metadata, bool is_coordinator) override;
+
+ private:
+  std::vector<std::string> keys_;
+};
+
 }  // namespace dcp

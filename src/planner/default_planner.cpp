@@ -8,6 +8,7 @@
 //       checks, then chunk-overlap reads).
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 
 #include <mutex>
 #include <sstream>
@@ -337,5 +338,43 @@ at::Tensor DefaultLoadPlanner::transform_tensor(const ReadItem& item, const at::
 }
 
 void DefaultLoadPlanner::commit_tensor(const ReadItem& item, const at::Tensor& tensor) {}
+
+EmptyStateDictLoadPlanner::EmptyStateDictLoadPlanner(std::vector<std::string> keys)
+    : keys_(std::move(keys)) {}
+
+void EmptyStateDictLoadPlanner::set_up_planner(StateDict& state, const Metadata& metadata,
+                                               bool is_coordinator) {
+  TORCH_CHECK_VALUE(state.empty(), "EmptyStateDictLoadPlanner builds the state dict from the "
+                    "checkpoint: pass an empty one");
+  auto selected = [&](const std::string& fqn) {
+    if (keys_.empty()) return true;
+    for (const auto& k : keys_) {
+      if (fqn == k || (fqn.size() > k.size() && fqn.compare(0, k.size(), k) == 0 &&
+                       fqn[k.size()] == '.')) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
+    if (!selected(fqn)) continue;
+    Value value;  // None, for a value the load replaces
+    if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
+      value = at::empty(t->size, at::TensorOptions().dtype(t->properties.dtype));
+    }
+    const ObjectPath* path = nullptr;
+    if (metadata.planner_data) {
+      auto it = metadata.planner_data->find(fqn);
+      if (it != metadata.planner_data->end()) path = &it->second;
+    }
+    if (path != nullptr) {
+      set_element(state, *path, std::move(value));
+    } else {
+      state[fqn] = std::move(value);
+    }
+  }
+  TORCH_CHECK_VALUE(!state.empty(), "no key of the checkpoint matches ", c10::Join(", ", keys_));
+  DefaultLoadPlanner::set_up_planner(state, metadata, is_coordinator);
+}
 
 }  // namespace dcp
