@@ -22,7 +22,7 @@ log() { printf '\n== %s\n' "$*"; }
 
 install_packages() {
   local packages=(cmake ninja-build g++ python3-venv libopenmpi-dev openmpi-bin libisal-dev libgtest-dev
-                  libgmock-dev clang-14)
+                  libgmock-dev clang-14 libcli11-dev nlohmann-json3-dev)
   local missing=()
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 #include "dcp/checkpoint.h"
 #include "dcp/communicator.h"
 #include "dcp/filesystem.h"
+#include "dcp/format_utils.h"
 #include "dcp/in_process_communicator.h"
 #include "dcp/memory_storage.h"
 #include "dcp/metadata.h"

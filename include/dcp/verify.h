@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct VerifyReport {
 struct VerifyOptions {
   /// Threads reading records.
   int thread_count = 4;
+  /// Called after each record is checked, with the records done and the total (from one
+  /// thread at a time; for a progress bar). May be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 /// Verifies the checkpoint in directory `checkpoint_id`. Never throws for a problem of the

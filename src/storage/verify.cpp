@@ -151,6 +151,7 @@ VerifyReport verify(const std::string& checkpoint_id, const VerifyOptions& optio
       problem(r.index->fqn, detail::paths::printable(info.relative_path), info.offset,
               info.offset + info.length, failure);
     }
+    if (options.progress) options.progress(report.records, static_cast<int64_t>(readable.size()));
   });
   std::stable_sort(report.problems.begin(), report.problems.end(),
                    [](const VerifyProblem& a, const VerifyProblem& b) {
