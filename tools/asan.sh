@@ -38,7 +38,7 @@ case "$STEP" in
     ;;
   mpi)
     # Every mpirun test of the suite (16 ranks included) against the instrumented mpi_tool.
-    ctest --test-dir "$BUILD" -L mpi -LE "interop|example" --output-on-failure
+    ctest --test-dir "$BUILD" -L mpi -LE "interop|example|consumer" --output-on-failure
     echo "AddressSanitizer and UndefinedBehaviorSanitizer: no reports (mpi)"
     ;;
   fuzz)
