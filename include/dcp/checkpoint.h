@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "dcp/events.h"
 #include "dcp/communicator.h"
 #include "dcp/metadata.h"
 #include "dcp/planner.h"
@@ -36,6 +37,8 @@ struct SaveOptions {
   /// error that names the ranks that never arrived (c10d's default, 30 minutes; 0: forever).
   /// Set on the communicator for the call (Communicator::set_timeout).
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  /// Called at the start and end of the save and of its phases (dcp/events.h). May be empty.
+  EventHook on_event;
 };
 
 struct LoadOptions {
@@ -51,6 +54,8 @@ struct LoadOptions {
   int coordinator_rank = 0;
   /// As SaveOptions::timeout.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  /// Called at the start and end of the load and of its phases (dcp/events.h). May be empty.
+  EventHook on_event;
 };
 
 /// Saves `state` into the directory `checkpoint_id` with a FileSystemWriter. Returns the

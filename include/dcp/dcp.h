@@ -4,6 +4,7 @@
 #include "dcp/async_save.h"
 #include "dcp/checkpoint.h"
 #include "dcp/communicator.h"
+#include "dcp/events.h"
 #include "dcp/filesystem.h"
 #include "dcp/format_utils.h"
 #include "dcp/in_process_communicator.h"

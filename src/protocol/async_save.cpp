@@ -319,6 +319,13 @@ std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
     slot->busy = true;
   }
   auto task = std::make_unique<Task>();
+  Event staging;  // reported to options.on_event (dcp/events.h)
+  staging.phase = Phase::kStage;
+  staging.rank = options.comm != nullptr && !options.no_dist ? options.comm->rank() : 0;
+  staging.world_size = options.comm != nullptr && !options.no_dist ? options.comm->size() : 1;
+  staging.checkpoint_id = checkpoint_id.value_or("");
+  if (options.on_event) options.on_event(staging);
+  const auto stage_start = std::chrono::steady_clock::now();
   try {
     TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
     task->staged = stage(Value(state), *slot, "").dict();
@@ -326,7 +333,12 @@ std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
     task->staging_failure = std::current_exception();  // Note [Failed staging]
     task->staged = StateDict();
     if (writer == nullptr) writer = std::make_shared<NoWriter>();
+    staging.ok = false;
   }
+  staging.end = true;
+  staging.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stage_start).count();
+  if (options.on_event) options.on_event(staging);
   task->writer = std::move(writer);
   task->options = options;
   task->options.comm = bg;

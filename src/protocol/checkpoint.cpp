@@ -20,9 +20,11 @@
 #include <c10/util/Exception.h>
 
 #include <optional>
+#include <set>
 
 #include "dcp/filesystem.h"
 #include "protocol/dist_wrapper.h"
+#include "protocol/events.h"
 #include "format/metadata_codec.h"
 #include "storage_data.h"
 #include "util/error_context.h"
@@ -61,6 +63,35 @@ void abort_quietly(StorageWriter& writer) {
   }
 }
 
+// Bytes and distinct files of write results.
+std::pair<int64_t, int64_t> bytes_and_files(const std::vector<std::vector<WriteResult>>& results) {
+  int64_t bytes = 0;
+  std::set<std::string> files;
+  for (const auto& rank_results : results) {
+    for (const auto& r : rank_results) {
+      bytes += r.storage_data.length;
+      files.insert(r.storage_data.relative_path);
+    }
+  }
+  return {bytes, static_cast<int64_t>(files.size())};
+}
+
+// Bytes and distinct files of the records a load plan reads from.
+std::pair<int64_t, int64_t> bytes_and_files(const LoadPlan& plan, const Metadata& metadata) {
+  std::set<std::pair<std::string, int64_t>> records;
+  std::set<std::string> files;
+  int64_t bytes = 0;
+  for (const ReadItem& item : plan.items) {
+    auto it = metadata.storage_data.find(item.storage_index);
+    if (it == metadata.storage_data.end()) continue;
+    if (records.emplace(it->second.relative_path, it->second.offset).second) {
+      bytes += it->second.length;
+    }
+    files.insert(it->second.relative_path);
+  }
+  return {bytes, static_cast<int64_t>(files.size())};
+}
+
 // "saving checkpoint '<id>'", or "saving checkpoint" when the storage was given without an id
 // (the storage's own errors name its files).
 std::string describe(const char* verb, const std::optional<std::string>& checkpoint_id) {
@@ -83,10 +114,13 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
   std::shared_ptr<SavePlanner> planner =
       options.planner ? options.planner : std::make_shared<DefaultSavePlanner>();
 
+  detail::EventRecorder events(options.on_event, Phase::kSave, rank, dist.size(),
+                              checkpoint_id.value_or(""), is_coordinator);
   return detail::with_context([&] {
     try {
       if (checkpoint_id) writer.reset(checkpoint_id);
       const std::optional<StorageMeta> storage_meta = writer.storage_meta();
+      events.begin(Phase::kPlan);
       if (dist.size() > 1) check_shared_storage(dist, writer, options.coordinator_rank);
 
       Metadata metadata;  // the coordinator's, from the global plan
@@ -107,17 +141,25 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
             for (const auto& p : final_plans) out.push_back(detail::encode_save_plan(p));
             return out;
           });
+      events.end(Phase::kPlan);
+
       // Every rank-local call runs inside a step, so that its failure reaches every rank
       // (finish_plan is the planner's, and may throw).
+      std::pair<int64_t, int64_t> written;  // bytes, files: this rank's, then (C) everyone's
       const std::string committed = dist.all_reduce(
           "write",
           [&] {
+            events.begin(Phase::kWrite);
             const SavePlan plan = planner->finish_plan(detail::decode_save_plan(central));
-            return detail::encode_write_results(writer.write_data(plan, *planner).get());
+            const std::vector<WriteResult> results = writer.write_data(plan, *planner).get();
+            written = bytes_and_files({results});
+            events.end(Phase::kWrite, true, written.first, written.second);
+            return detail::encode_write_results(results);
           },
           [&](std::vector<std::string> encoded) {
             std::vector<std::vector<WriteResult>> all_results;
             for (const auto& e : encoded) all_results.push_back(detail::decode_write_results(e));
+            written = bytes_and_files(all_results);
             std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
             for (const auto& rank_results : all_results) {
               for (const auto& r : rank_results) entries.emplace_back(r.index, r.storage_data);
@@ -125,9 +167,12 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
             metadata.storage_data = detail::make_storage_data(std::move(entries));
             metadata.storage_meta = storage_meta;
             metadata.version = kDcpVersion;
+            events.begin(Phase::kCommit);
             writer.finish(metadata, all_results);
+            events.end(Phase::kCommit);
             return dist.size() == 1 ? std::string() : detail::encode_metadata(metadata);
           });
+      events.finish(written.first, written.second);
       if (is_coordinator) return metadata;
       return detail::decode_metadata(committed.data(), committed.size(), "the committed metadata");
     } catch (...) {
@@ -156,8 +201,11 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
       options.planner ? options.planner
                       : std::make_shared<DefaultLoadPlanner>(options.planner_options);
 
+  detail::EventRecorder events(options.on_event, Phase::kLoad, rank, dist.size(),
+                              checkpoint_id.value_or(""), is_coordinator);
   detail::with_context([&] {
     if (checkpoint_id) reader.reset(checkpoint_id);
+    events.begin(Phase::kPlan);  // reading the metadata included
     Metadata metadata;
     std::string bytes;  // the broadcast metadata, on the ranks other than the coordinator
     if (dist.size() == 1) {
@@ -192,11 +240,22 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
           for (const auto& p : plans) out.push_back(detail::encode_load_plan(p));
           return out;
         });
-    dist.all_gather("read", [&] {
+    events.end(Phase::kPlan);
+    const std::vector<std::string> read = dist.all_gather("read", [&] {
+      events.begin(Phase::kRead);
       const LoadPlan plan = planner->finish_plan(detail::decode_load_plan(central));
       reader.read_data(plan, *planner).get();
-      return std::string();
+      const auto [bytes, files] = bytes_and_files(plan, metadata);
+      events.end(Phase::kRead, true, bytes, files);
+      return std::to_string(bytes) + " " + std::to_string(files);
     });
+    int64_t read_bytes = 0, read_files = 0;
+    for (const auto& r : read) {  // every rank's: what the coordinator logs
+      const auto space = r.find(' ');
+      read_bytes += std::stoll(r.substr(0, space));
+      read_files += std::stoll(r.substr(space + 1));
+    }
+    events.finish(read_bytes, read_files);
   }, [&] { return c10::str("rank ", rank, ": ", what); });
 }
 
