@@ -18,6 +18,7 @@
 #include <cstring>
 #include <thread>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -540,6 +541,30 @@ TEST(Issue13Finding4, AMemoSharedDagIsRefusedQuickly) {
   const std::string shared = "\x80\x02X\x03\x00\x00\x00" "abcq\x00" "0](h\x00h\x00h\x00" "e."s;
   const Value v = detail::read_value_archive(StringSource(archive_of(shared)));
   EXPECT_EQ(v, Value(List{Value("abc"), Value("abc"), Value("abc")}));
+}
+
+// What fuzzing found (tests/fuzz/regressions/<target>/): each input, fed as its target feeds
+// it, must be refused with the expansion budget's error. The record_pickle ones are tiny
+// data.pkl files (292 bytes) that built 64 MiB of nested values, seconds under ASan, before the
+// budget's slack went from 64 to 8 MiB.
+TEST(Issue13Finding4, FuzzFindingsAreRefusedByTheExpansionBudget) {
+  const std::filesystem::path dir =
+      std::filesystem::path(DCP_SOURCE_DIR) / "tests/fuzz/regressions/record_pickle";
+  int inputs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string pkl((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const StringSource source(archive_of(pkl, std::string(64, '\x5a')));
+    try {
+      detail::read_value_archive(source);
+      ADD_FAILURE() << entry.path() << " was read";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expands to more than"), std::string::npos)
+          << entry.path() << ": " << e.what();
+    }
+    ++inputs;
+  }
+  EXPECT_GE(inputs, 2);
 }
 
 TEST(Issue13Finding4, SparseMemoIndicesCostMemoryLinearInTheInput) {

@@ -49,6 +49,9 @@ case "$STEP" in
     WORK="$BUILD/fuzz_work/$TARGET"
     rm -rf "$WORK" && mkdir -p "$WORK/corpus" "$WORK/crashes"
     cp "$SEEDS"/* "$WORK/corpus/"
+    # What fuzzing found before (tests/fuzz/regressions/<corpus>) is replayed as seeds too.
+    REGRESSIONS="$ROOT/tests/fuzz/regressions/${TARGET#fuzz_}"
+    if [[ -d "$REGRESSIONS" ]]; then cp "$REGRESSIONS"/* "$WORK/corpus/"; fi
     LOG="$WORK/log.txt"
     # -rss_limit_mb: the readers' memory bound (Note [Expansion budget]) is far below it, so a
     # finding there is a real one. -timeout: no single input may take seconds.

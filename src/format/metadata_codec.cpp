@@ -338,14 +338,14 @@ class Decoder {
   // to one large torch.Size or string from many places; each copy made here is charged, and
   // decoding stops at kExpansionPerByte bytes per input byte plus kExpansionSlack.
   static constexpr uint64_t kExpansionPerByte = 64;
-  static constexpr uint64_t kExpansionSlack = uint64_t{64} << 20;
+  static constexpr uint64_t kExpansionSlack = uint64_t{8} << 20;
   // At most this many dimensions per tensor (PyTorch's own kernels stop at 25).
   static constexpr size_t kMaxDims = 64;
   void charge(uint64_t bytes) const {
     spent_ += bytes;
     if (spent_ > budget_) {
       fail("the metadata expands to more than ", budget_, " bytes (", kExpansionPerByte,
-           " per input byte + 64 MiB): objects shared through the pickle memo are copied per "
+           " per input byte + 8 MiB): objects shared through the pickle memo are copied per "
            "reference");
     }
   }

@@ -393,11 +393,11 @@ class ArchiveReader {
   // a string's bytes) against a budget linear in data.pkl's size; beyond it the record is
   // refused. Bound: kExpansionPerByte x data.pkl bytes + kExpansionSlack.
   static constexpr uint64_t kExpansionPerByte = 64;
-  static constexpr uint64_t kExpansionSlack = uint64_t{64} << 20;
+  static constexpr uint64_t kExpansionSlack = uint64_t{8} << 20;
   void charge(uint64_t bytes) {
     spent_ += bytes;
     check(spent_ <= budget_, "the value expands to more than ", budget_,
-          " bytes of objects (", kExpansionPerByte, " per data.pkl byte + 64 MiB): objects ",
+          " bytes of objects (", kExpansionPerByte, " per data.pkl byte + 8 MiB): objects ",
           "shared through the pickle memo are copied per reference in dcp");
   }
 
