@@ -46,6 +46,13 @@ if [[ "$MODE" != package ]] && grep -q "dcp_testing\|fsdp_train\|dcp_bench" "$WO
 fi
 cmake --build "$WORK/build" -j "$(nproc)"
 if [[ "$MODE" == fetchcontent ]]; then
-  ldd "$WORK/build/consumer" | grep -q "libdcp.so" || { echo "consumer not linked to libdcp.so" >&2; exit 1; }
+  # ldd's whole output first: with pipefail, `ldd | grep -q` fails when grep's early exit
+  # kills ldd with SIGPIPE.
+  libraries="$(ldd "$WORK/build/consumer")"
+  if [[ "$libraries" != *libdcp.so* ]]; then
+    echo "consumer not linked to libdcp.so:" >&2
+    echo "$libraries" >&2
+    exit 1
+  fi
 fi
 "${MPIRUN[@]}" -np 2 "$WORK/build/consumer" "$WORK/ckpt"
