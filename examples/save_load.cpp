@@ -1,6 +1,7 @@
-// Example: train a small torch::nn model a few steps with Adam, save model + optimizer state +
-// step + learning rate with dcp::save, load everything into a fresh model and optimizer with
-// dcp::load, and show that both produce identical outputs and identical next steps.
+// Example: train a small torch::nn model a few steps with Adam, save model + optimizer state
+// (dcp::get_state_dict: Python's layout, learning rate and betas included) + the step with
+// dcp::save, load everything into a fresh model and optimizer with dcp::load +
+// dcp::set_state_dict, and show that both produce identical outputs and identical next steps.
 //
 //   save_load <checkpoint_dir>
 #include <torch/torch.h>
@@ -19,44 +20,6 @@ struct Net : torch::nn::Module {
   torch::Tensor forward(torch::Tensor x) { return fc2->forward(torch::relu(fc1->forward(x))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
-
-// The model's parameters and buffers as a dcp::Dict (tensors share storage with the model).
-dcp::Dict model_state(Net& net) {
-  dcp::Dict d;
-  for (const auto& p : net.named_parameters()) d[p.key()] = p.value();
-  for (const auto& b : net.named_buffers()) d[b.key()] = b.value();
-  return d;
-}
-
-// Adam's per-parameter state, keyed by parameter name like Python's get_optimizer_state_dict.
-// Missing entries (a fresh optimizer) are created so that load can fill them in place.
-dcp::Dict optimizer_state(Net& net, torch::optim::Adam& adam) {
-  dcp::Dict state;
-  auto& per_param = adam.state();
-  for (const auto& p : net.named_parameters()) {
-    auto key = p.value().unsafeGetTensorImpl();
-    if (!per_param.count(key)) {
-      auto s = std::make_unique<torch::optim::AdamParamState>();
-      s->step(0);
-      s->exp_avg(torch::zeros_like(p.value()));
-      s->exp_avg_sq(torch::zeros_like(p.value()));
-      per_param[key] = std::move(s);
-    }
-    auto& s = static_cast<torch::optim::AdamParamState&>(*per_param[key]);
-    state[p.key()] = dcp::Dict{{std::string("step"), dcp::Value(s.step())},
-                               {std::string("exp_avg"), dcp::Value(s.exp_avg())},
-                               {std::string("exp_avg_sq"), dcp::Value(s.exp_avg_sq())}};
-  }
-  return state;
-}
-
-void apply_steps(Net& net, torch::optim::Adam& adam, const dcp::Dict& state) {
-  auto& per_param = adam.state();
-  for (const auto& p : net.named_parameters()) {
-    auto& s = static_cast<torch::optim::AdamParamState&>(*per_param[p.value().unsafeGetTensorImpl()]);
-    s.step(state.at(p.key()).dict().at("step").get<int64_t>());
-  }
-}
 
 double train_step(Net& net, torch::optim::Adam& adam, const torch::Tensor& x,
                   const torch::Tensor& y) {
@@ -86,30 +49,23 @@ int main(int argc, char** argv) {
     std::cout << "train step " << step << " loss " << train_step(net, adam, x, y) << "\n";
   }
 
-  dcp::StateDict state;
-  state["model"] = model_state(net);
-  state["optim"] = dcp::Dict{{std::string("state"), dcp::Value(optimizer_state(net, adam))}};
-  state["step"] = 5;
-  state["lr"] = adam.param_groups()[0].options().get_lr();
+  auto [model_sd, optim_sd] = dcp::get_state_dict(net, adam);
+  dcp::StateDict state{{"model", model_sd}, {"optim", optim_sd}, {"step", 5}};
   const dcp::Metadata md = dcp::save(state, dir);
   std::cout << "saved " << md.state_dict_metadata.size() << " entries to " << dir << "\n";
 
-  // A fresh model and optimizer with different weights, filled from the checkpoint.
+  // A fresh model and optimizer with different weights and learning rate, filled from the
+  // checkpoint: get_state_dict gives the destination, load fills it, set_state_dict applies it.
   torch::manual_seed(123);
   Net fresh;
   torch::optim::Adam fresh_adam(fresh.parameters(), torch::optim::AdamOptions(1.0));
-  dcp::StateDict restored;
-  restored["model"] = model_state(fresh);
-  restored["optim"] =
-      dcp::Dict{{std::string("state"), dcp::Value(optimizer_state(fresh, fresh_adam))}};
-  restored["step"] = 0;
-  restored["lr"] = 0.0;
+  auto [fresh_model_sd, fresh_optim_sd] = dcp::get_state_dict(fresh, fresh_adam);
+  dcp::StateDict restored{{"model", fresh_model_sd}, {"optim", fresh_optim_sd}, {"step", 0}};
   dcp::load(restored, dir);
-  apply_steps(fresh, fresh_adam, restored["optim"].dict().at("state").dict());
-  fresh_adam.param_groups()[0].options().set_lr(restored["lr"].get<double>());
+  dcp::set_state_dict(fresh, fresh_adam, restored.at("model").dict(), restored.at("optim").dict());
 
-  std::cout << "loaded step " << restored["step"].get<int64_t>() << ", lr "
-            << restored["lr"].get<double>() << "\n";
+  std::cout << "loaded step " << restored.at("step").get<int64_t>() << ", lr "
+            << fresh_adam.param_groups()[0].options().get_lr() << "\n";
   const bool same_output = torch::equal(net.forward(x), fresh.forward(x));
   const double a = train_step(net, adam, x, y);
   const double b = train_step(fresh, fresh_adam, x, y);

@@ -161,6 +161,8 @@ std::ostream& operator<<(std::ostream& os, const Value& v) {
             first = false;
           }
           os << "}";
+        } else if constexpr (std::is_same_v<T, std::shared_ptr<Stateful>>) {
+          os << "Stateful";
         } else {
           os << x;
         }
@@ -210,6 +212,9 @@ void flatten_into(const Value& value, ObjectPath& path, FlatStateDict& out) {
     return;
   }
   std::string key = join_path(path);
+  TORCH_CHECK_VALUE(!value.is_stateful(), "'", key, "' is a Stateful below the top level of the ",
+                    "state dict; as in Python, save and load call Stateful objects only when they ",
+                    "are top-level values");
   TORCH_CHECK_VALUE(out.mappings.count(key) == 0, "duplicated flatten key ", key);
   out.mappings.emplace(key, path);
   out.items.emplace_back(std::move(key), value);

@@ -11,9 +11,13 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dcp/events.h"
 #include "dcp/communicator.h"
@@ -41,6 +45,38 @@ struct SaveOptions {
   EventHook on_event;
 };
 
+/// Renames the checkpoint's flat keys to the keys of the state being loaded, before planning,
+/// so that a renamed or re-wrapped module still loads (resharding included). Each saved key is
+/// renamed by the first of these that applies: `keys` (an exact match), the longest matching
+/// prefix of `prefixes`, then `function`. Errors: a rule or key that matches nothing in the
+/// checkpoint, and two saved keys that end up with one name.
+struct KeyMapping {
+  /// Saved-key prefix -> prefix in the state, e.g. {"module.", ""} for a DDP-wrapped save.
+  std::vector<std::pair<std::string, std::string>> prefixes;
+  /// Saved flat key -> flat key in the state.
+  std::map<std::string, std::string> keys;
+  /// Any other renaming: saved flat key -> flat key in the state (return it to keep it).
+  std::function<std::string(const std::string&)> function;
+
+  bool empty() const { return prefixes.empty() && keys.empty() && !function; }
+};
+
+/// What load does about keys that the state and the checkpoint do not share (after the key
+/// mapping): "missing" keys are in the state but not in the checkpoint, "unexpected" keys are in
+/// the checkpoint but not in the state. Megatron's StrictHandling, in the subset that matters.
+enum class StrictHandling {
+  kRaiseMissing,  // Python's behaviour and the default: missing keys raise, unexpected are fine
+  kRaiseAll,      // both raise, naming the keys
+  kWarnAll,       // neither raises; both are logged to stderr (one line each) and returned
+  kReturnAll,     // neither raises; both are returned in LoadResult
+};
+
+/// What load reports back. The lists are filled (sorted) unless strict is kRaiseMissing.
+struct LoadResult {
+  std::vector<std::string> missing_keys;
+  std::vector<std::string> unexpected_keys;
+};
+
 struct LoadOptions {
   /// Planner (shared, as in SaveOptions); nullptr means a DefaultLoadPlanner with
   /// `planner_options`.
@@ -56,10 +92,16 @@ struct LoadOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   /// Called at the start and end of the load and of its phases (dcp/events.h). May be empty.
   EventHook on_event;
+  /// Checkpoint keys -> state keys, applied before planning (see KeyMapping).
+  KeyMapping key_mapping;
+  /// Missing and unexpected keys (see StrictHandling). With kWarnAll and kReturnAll the
+  /// default planner loads what the two share (allow_partial_load).
+  StrictHandling strict = StrictHandling::kRaiseMissing;
 };
 
 /// Saves `state` into the directory `checkpoint_id` with a FileSystemWriter. Returns the
-/// checkpoint's metadata on every rank. On failure nothing new becomes loadable and every rank
+/// checkpoint's metadata on every rank. Top-level Stateful values are saved as their
+/// state_dict(). On failure nothing new becomes loadable and every rank
 /// throws.
 Metadata save(const StateDict& state, const std::string& checkpoint_id,
               const SaveOptions& options = {});
@@ -69,8 +111,10 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
 
 /// Loads the checkpoint in directory `checkpoint_id` into `state`: tensors are filled in
 /// place (any world size, any sharding), non-tensor values are replaced, as in Python.
-void load(StateDict& state, const std::string& checkpoint_id, const LoadOptions& options = {});
-void load(StateDict& state, StorageReader& reader, const LoadOptions& options = {},
-          const std::optional<std::string>& checkpoint_id = std::nullopt);
+/// Top-level Stateful values get their state_dict() filled and handed to load_state_dict().
+LoadResult load(StateDict& state, const std::string& checkpoint_id,
+                const LoadOptions& options = {});
+LoadResult load(StateDict& state, StorageReader& reader, const LoadOptions& options = {},
+                const std::optional<std::string>& checkpoint_id = std::nullopt);
 
 }  // namespace dcp

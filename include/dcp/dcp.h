@@ -3,6 +3,7 @@
 
 #include "dcp/async_save.h"
 #include "dcp/checkpoint.h"
+#include "dcp/checkpoint_manager.h"
 #include "dcp/communicator.h"
 #include "dcp/events.h"
 #include "dcp/filesystem.h"
@@ -14,7 +15,9 @@
 #include "dcp/planner.h"
 #include "dcp/sharded_tensor.h"
 #include "dcp/state_dict.h"
+#include "dcp/stateful.h"
 #include "dcp/storage.h"
+#include "dcp/torch_state_dict.h"
 #include "dcp/verify.h"
 
 #ifdef DCP_WITH_MPI

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -23,6 +24,7 @@
 namespace dcp {
 
 class Value;
+class Stateful;  // dcp/stateful.h
 
 /// Python's None.
 struct None {
@@ -86,7 +88,7 @@ using StateDict = Dict;
 class Value {
  public:
   using Variant = std::variant<None, bool, int64_t, double, std::string, Bytes, at::Tensor,
-                               ShardedTensor, List, Tuple, Dict>;
+                               ShardedTensor, List, Tuple, Dict, std::shared_ptr<Stateful>>;
 
   Value() = default;
   Value(None v) : v_(v) {}
@@ -104,6 +106,10 @@ class Value {
   Value(List v) : v_(std::move(v)) {}
   Value(Tuple v) : v_(std::move(v)) {}
   Value(Dict v) : v_(std::move(v)) {}
+  /// An object that gives and takes its own state (dcp/stateful.h); allowed at the top level
+  /// of a state dict only, as in Python. Shared: save and load call it, the caller keeps it.
+  template <typename T, std::enable_if_t<std::is_base_of_v<Stateful, T>, int> = 0>
+  Value(std::shared_ptr<T> v) : v_(std::shared_ptr<Stateful>(std::move(v))) {}
 
   template <typename T>
   bool is() const {
@@ -114,6 +120,7 @@ class Value {
   bool is_sharded_tensor() const { return is<ShardedTensor>(); }
   bool is_dict() const { return is<Dict>(); }
   bool is_list() const { return is<List>(); }
+  bool is_stateful() const { return is<std::shared_ptr<Stateful>>(); }
 
   /// Typed access; throws c10::Error naming both types when the value holds another type.
   template <typename T>
@@ -165,7 +172,8 @@ struct FlatStateDict {
 
 /// Flattens with Python DCP's rules (docs/format.md §6.1): dicts are always traversed (empty dicts
 /// vanish), lists only when they hold a tensor, a dict or such a list; tuples and everything
-/// else are leaves; keys are joined with '.'. Throws c10::ValueError on a duplicated flat key.
+/// else are leaves; keys are joined with '.'. Throws c10::ValueError on a duplicated flat key
+/// and on a Stateful (save and load resolve those at the top level before flattening).
 FlatStateDict flatten_state_dict(const StateDict& state);
 
 /// Python `set_element`: stores `value` at `path` inside `root`, creating dicts and growing
@@ -189,6 +197,7 @@ const char* Value::type_name_of() {
   else if constexpr (std::is_same_v<T, ShardedTensor>) return "ShardedTensor";
   else if constexpr (std::is_same_v<T, List>) return "list";
   else if constexpr (std::is_same_v<T, Tuple>) return "tuple";
-  else return "dict";
+  else if constexpr (std::is_same_v<T, Dict>) return "dict";
+  else return "Stateful";
 }
 }  // namespace dcp

@@ -132,6 +132,9 @@ class ArchiveWriter {
             w.begin_tuple(x.items.size());
             for (const auto& item : x.items) value(w, item, depth + 1);
             w.end_tuple(x.items.size());
+          } else if constexpr (std::is_same_v<T, std::shared_ptr<Stateful>>) {
+            TORCH_CHECK(false, "a Stateful cannot be written as a value: save and load resolve ",
+                        "Stateful objects at the top level of the state dict only");
           } else {
             w.empty_dict();
             if (!x.empty()) {

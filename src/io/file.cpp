@@ -258,6 +258,12 @@ bool remove_file(const std::string& path) {
   throw_errno("removing", path, errno);
 }
 
+bool remove_directory(const std::string& path) {
+  if (::rmdir(path.c_str()) == 0) return true;
+  if (errno == ENOENT) return false;
+  throw_errno("removing the directory", path, errno);
+}
+
 void remove_file_quietly(const std::string& path) noexcept {
   if (inject_fault(FileOp::kUnlink, path) != 0) return;
   (void)::unlink(path.c_str());

@@ -89,6 +89,8 @@ bool remove_file(const std::string& path);
 /// unlink(2) on a failure path, where the failure being handled is the one to report:
 /// errors are ignored.
 void remove_file_quietly(const std::string& path) noexcept;
+/// rmdir(2) of an empty directory; returns false when it did not exist, throws on other errors.
+bool remove_directory(const std::string& path);
 /// fsync of a directory, so that renames and creations in it are durable.
 void sync_directory(const std::string& dir);
 /// Whole-file read; throws when the file holds more than `max_bytes`.

@@ -13,6 +13,7 @@
 // Every staged save copies the values of *that* call: buffers are reused, never the values
 // (see AsyncSaveTest.EachSaveHoldsTheValuesOfItsOwnCall).
 #include "dcp/async_save.h"
+#include "dcp/stateful.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
@@ -328,7 +329,7 @@ std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
   const auto stage_start = std::chrono::steady_clock::now();
   try {
     TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
-    task->staged = stage(Value(state), *slot, "").dict();
+    task->staged = stage(Value(resolve_stateful(state)), *slot, "").dict();
   } catch (...) {
     task->staging_failure = std::current_exception();  // Note [Failed staging]
     task->staged = StateDict();

@@ -23,6 +23,8 @@
 #include <set>
 
 #include "dcp/filesystem.h"
+#include "dcp/stateful.h"
+#include "protocol/key_mapping.h"
 #include "protocol/dist_wrapper.h"
 #include "protocol/events.h"
 #include "format/metadata_codec.h"
@@ -104,6 +106,7 @@ std::string describe(const char* verb, const std::optional<std::string>& checkpo
 
 Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& options,
               const std::optional<std::string>& checkpoint_id) {
+  if (has_stateful(state)) return save(resolve_stateful(state), writer, options, checkpoint_id);
   SingleProcessCommunicator local;
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
@@ -188,8 +191,23 @@ Metadata save(const StateDict& state, const std::string& checkpoint_id,
   return save(state, writer, options, checkpoint_id);
 }
 
-void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
-          const std::optional<std::string>& checkpoint_id) {
+LoadResult load(StateDict& state, StorageReader& reader, const LoadOptions& options,
+                const std::optional<std::string>& checkpoint_id) {
+  if (has_stateful(state)) {
+    // Python's order: every Stateful's state_dict() is the destination; load_state_dict()
+    // gets it filled, after the whole load.
+    StateDict resolved = resolve_stateful(state);
+    LoadResult result = load(resolved, reader, options, checkpoint_id);
+    for (auto& [key, value] : state) {
+      Value& filled = resolved.at(key);
+      if (value.is_stateful()) {
+        value.get<std::shared_ptr<Stateful>>()->load_state_dict(filled.dict());
+      } else {
+        value = std::move(filled);
+      }
+    }
+    return result;
+  }
   SingleProcessCommunicator local;
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();
@@ -197,9 +215,15 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
   comm.set_timeout(options.timeout);  // Note [Collective deadlines] (mpi_communicator.cpp)
   detail::DistWrapper dist(comm, options.coordinator_rank);
   const bool is_coordinator = dist.is_coordinator();
-  std::shared_ptr<LoadPlanner> planner =
-      options.planner ? options.planner
-                      : std::make_shared<DefaultLoadPlanner>(options.planner_options);
+  const bool partial = options.strict == StrictHandling::kWarnAll ||
+                       options.strict == StrictHandling::kReturnAll;
+  std::shared_ptr<LoadPlanner> planner = options.planner;
+  if (!planner) {
+    DefaultLoadPlannerOptions planner_options = options.planner_options;
+    planner_options.allow_partial_load = planner_options.allow_partial_load || partial;
+    planner = std::make_shared<DefaultLoadPlanner>(planner_options);
+  }
+  LoadResult result;
 
   detail::EventRecorder events(options.on_event, Phase::kLoad, rank, dist.size(),
                               checkpoint_id.value_or(""), is_coordinator);
@@ -227,6 +251,11 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
         [&] {
           if (!bytes.empty()) {
             metadata = detail::decode_metadata(bytes.data(), bytes.size(), "the broadcast metadata");
+          }
+          detail::apply_key_mapping(metadata, options.key_mapping);
+          if (options.strict != StrictHandling::kRaiseMissing) {
+            result = detail::compare_keys(state, metadata);
+            detail::handle_key_report(result, options.strict, rank);
           }
           planner->set_up_planner(state, metadata, is_coordinator);
           reader.set_up_storage_reader(metadata, is_coordinator, rank);
@@ -257,11 +286,12 @@ void load(StateDict& state, StorageReader& reader, const LoadOptions& options,
     }
     events.finish(read_bytes, read_files);
   }, [&] { return c10::str("rank ", rank, ": ", what); });
+  return result;
 }
 
-void load(StateDict& state, const std::string& checkpoint_id, const LoadOptions& options) {
+LoadResult load(StateDict& state, const std::string& checkpoint_id, const LoadOptions& options) {
   FileSystemReader reader;
-  load(state, reader, options, checkpoint_id);
+  return load(state, reader, options, checkpoint_id);
 }
 
 }  // namespace dcp

@@ -27,6 +27,22 @@ std::string save_token(const std::string& save_id) {
 std::string metadata_checksum_file() { return ".metadata.checksum"; }
 std::string metadata_checksum_temp_file() { return ".metadata.checksum.tmp"; }
 std::string lock_file() { return ".dcp_lock"; }
+std::string step_directory(int64_t step) { return "step_" + std::to_string(step); }
+
+std::optional<int64_t> parse_step_directory(const std::string& name) {
+  constexpr const char* kPrefix = "step_";
+  constexpr size_t kPrefixSize = 5;
+  constexpr size_t kMaxDigits = 18;  // below INT64_MAX
+  if (name.compare(0, kPrefixSize, kPrefix) != 0) return std::nullopt;
+  const std::string digits = name.substr(kPrefixSize);
+  if (digits.empty() || digits.size() > kMaxDigits) return std::nullopt;
+  if (digits.size() > 1 && digits[0] == '0') return std::nullopt;
+  for (char c : digits) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+  }
+  return std::stoll(digits);
+}
+
 std::string data_file(const std::string& prefix, int index) {
   return prefix + std::to_string(index) + kSuffix;
 }

@@ -1,6 +1,8 @@
 // Every on-disk name of a checkpoint, in one place (PyTorch DCP's names, docs/format.md §1).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dcp::detail::paths {
@@ -27,6 +29,10 @@ std::string data_file(const std::string& prefix, int index);
 std::string probe_file(const std::string& save_id);
 /// Whether `name` is a data file name ("__*_*.distcp").
 bool is_data_file(const std::string& name);
+/// A CheckpointManager's directory of one step under its root: "step_{step}".
+std::string step_directory(int64_t step);
+/// The step of a "step_{N}" name (N decimal, >= 0, no sign or leading zeros); nullopt otherwise.
+std::optional<int64_t> parse_step_directory(const std::string& name);
 /// `name` with bytes outside printable ASCII escaped as \xNN, for messages.
 std::string printable(const std::string& name);
 /// Throws unless `relative` (a file name read from a checkpoint's metadata) can only name a
