@@ -15,8 +15,9 @@
 
 #include <cmath>
 #include <set>
-#include <sstream>
 #include <unordered_map>
+
+#include "util/names.h"
 
 namespace dcp {
 
@@ -24,16 +25,6 @@ namespace {
 
 namespace optim = torch::optim;
 
-constexpr size_t kNamesInMessage = 10;
-
-std::string name_list(const std::vector<std::string>& names) {
-  std::ostringstream os;
-  for (size_t i = 0; i < names.size() && i < kNamesInMessage; ++i) {
-    os << (i ? ", " : "") << "'" << names[i] << "'";
-  }
-  if (names.size() > kNamesInMessage) os << " and " << names.size() - kNamesInMessage << " more";
-  return os.str();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Sharding
@@ -216,20 +207,16 @@ void set_group_options(Kind kind, optim::OptimizerOptions& o, const Dict& g,
     out = {number((*items)[0], where + ".betas"), number((*items)[1], where + ".betas")};
   };
   switch (kind) {
-    case Kind::kAdam: {
-      auto& a = static_cast<optim::AdamOptions&>(o);
-      betas(a.betas());
-      num("eps", [&](double v) { a.eps(v); });
-      num("weight_decay", [&](double v) { a.weight_decay(v); });
-      boolean("amsgrad", [&](bool v) { a.amsgrad(v); });
-      break;
-    }
+    case Kind::kAdam:
     case Kind::kAdamW: {
-      auto& a = static_cast<optim::AdamWOptions&>(o);
-      betas(a.betas());
-      num("eps", [&](double v) { a.eps(v); });
-      num("weight_decay", [&](double v) { a.weight_decay(v); });
-      boolean("amsgrad", [&](bool v) { a.amsgrad(v); });
+      auto apply = [&](auto& a) {
+        betas(a.betas());
+        num("eps", [&](double v) { a.eps(v); });
+        num("weight_decay", [&](double v) { a.weight_decay(v); });
+        boolean("amsgrad", [&](bool v) { a.amsgrad(v); });
+      };
+      if (kind == Kind::kAdam) apply(static_cast<optim::AdamOptions&>(o));
+      else apply(static_cast<optim::AdamWOptions&>(o));
       break;
     }
     case Kind::kSGD: {
@@ -439,9 +426,9 @@ IncompatibleKeys set_model_state_dict(torch::nn::Module& model, const Dict& stat
   }
   TORCH_CHECK_VALUE(!options.strict || (out.missing_keys.empty() && out.unexpected_keys.empty()),
                     "set_model_state_dict (strict): ", out.missing_keys.size(),
-                    " missing key(s) [", name_list(out.missing_keys), "] and ",
+                    " missing key(s) [", detail::quoted_names(out.missing_keys), "] and ",
                     out.unexpected_keys.size(), " unexpected key(s) [",
-                    name_list(out.unexpected_keys), "]");
+                    detail::quoted_names(out.unexpected_keys), "]");
   return out;
 }
 
@@ -509,8 +496,8 @@ void set_optimizer_state_dict(const torch::nn::Module& model, optim::Optimizer& 
     for (const Value& v : fqns) given.push_back(v.get<std::string>());
     TORCH_CHECK_VALUE(std::set<std::string>(given.begin(), given.end()) ==
                           std::set<std::string>(expected.begin(), expected.end()),
-                      "'", group_key, ".params' lists [", name_list(given),
-                      "] but the optimizer's group holds [", name_list(expected), "]");
+                      "'", group_key, ".params' lists [", detail::quoted_names(given),
+                      "] but the optimizer's group holds [", detail::quoted_names(expected), "]");
     for (size_t i = 0; i < expected.size(); ++i) where[expected[i]] = {g, i};
   }
   for (const auto& entry : per_param_in) {

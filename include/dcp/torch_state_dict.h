@@ -9,7 +9,7 @@
 //               "param_groups": [{"lr": 0.001, "betas": (0.9, 0.999), ..., "params": [FQNs]}]}
 //
 // Optimizers: Adam, AdamW, SGD, RMSprop and Adagrad, with the hyper-parameter names, flags and
-// value types Python 2.13 writes for each (docs/torch_state_dict.md has the table). Sharded
+// value types Python 2.13 writes for each (docs/training.md has the table). Sharded
 // (FSDP-style) modules whose tensors are local pieces describe each piece's DTensor layout in
 // StateDictOptions; the state dicts then hold ShardedTensors of the global tensors, and the
 // optimizer's state follows its parameter's layout.
@@ -135,7 +135,7 @@ class OptimizerStateful : public Stateful {
   StateDict state_dict() override;
   void load_state_dict(const StateDict& state) override;
 
- private:
+ protected:
   torch::nn::Module& model_;
   torch::optim::Optimizer& optimizer_;
   StateDictOptions options_;
@@ -143,18 +143,11 @@ class OptimizerStateful : public Stateful {
 
 /// A module and its optimizer as one Stateful: {"model": ..., "optim": ...}, the layout of
 /// Python DCP's documented AppState.
-class ModelOptimizerStateful : public Stateful {
+class ModelOptimizerStateful : public OptimizerStateful {
  public:
-  ModelOptimizerStateful(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                         StateDictOptions options = {})
-      : model_(model), optimizer_(optimizer), options_(std::move(options)) {}
+  using OptimizerStateful::OptimizerStateful;
   StateDict state_dict() override;
   void load_state_dict(const StateDict& state) override;
-
- private:
-  torch::nn::Module& model_;
-  torch::optim::Optimizer& optimizer_;
-  StateDictOptions options_;
 };
 
 }  // namespace dcp

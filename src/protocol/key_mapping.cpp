@@ -6,22 +6,13 @@
 #include <algorithm>
 #include <iostream>
 #include <set>
-#include <sstream>
+
+#include "util/names.h"
 
 namespace dcp::detail {
 
 namespace {
 
-constexpr size_t kNamesInMessage = 10;
-
-std::string name_list(const std::vector<std::string>& names) {
-  std::ostringstream os;
-  for (size_t i = 0; i < names.size() && i < kNamesInMessage; ++i) {
-    os << (i ? ", " : "") << "'" << names[i] << "'";
-  }
-  if (names.size() > kNamesInMessage) os << " and " << names.size() - kNamesInMessage << " more";
-  return os.str();
-}
 
 // A dotted key as a path of string items (the planner data of a renamed key).
 ObjectPath split_key(const std::string& key) {
@@ -126,18 +117,18 @@ void handle_key_report(const LoadResult& result, StrictHandling strict, int rank
   if (strict == StrictHandling::kRaiseAll) {
     TORCH_CHECK_VALUE(result.missing_keys.empty() && result.unexpected_keys.empty(),
                       "strict load (StrictHandling::kRaiseAll): ", result.missing_keys.size(),
-                      " missing key(s) [", name_list(result.missing_keys), "] and ",
+                      " missing key(s) [", quoted_names(result.missing_keys), "] and ",
                       result.unexpected_keys.size(), " unexpected key(s) [",
-                      name_list(result.unexpected_keys), "]");
+                      quoted_names(result.unexpected_keys), "]");
   } else if (strict == StrictHandling::kWarnAll) {
     if (!result.missing_keys.empty()) {
       std::cerr << "dcp: warning: rank " << rank << ": load: " << result.missing_keys.size()
-                << " missing key(s) left as they were: " << name_list(result.missing_keys) << "\n";
+                << " missing key(s) left as they were: " << quoted_names(result.missing_keys) << "\n";
     }
     if (!result.unexpected_keys.empty()) {
       std::cerr << "dcp: warning: rank " << rank << ": load: " << result.unexpected_keys.size()
                 << " unexpected key(s) in the checkpoint not loaded: "
-                << name_list(result.unexpected_keys) << "\n";
+                << quoted_names(result.unexpected_keys) << "\n";
     }
   }
 }
