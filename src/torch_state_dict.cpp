@@ -1,6 +1,6 @@
 // LibTorch modules and optimizers to state dicts and back (dcp/torch_state_dict.h). The layouts
 // follow Python 2.13's torch.distributed.checkpoint.state_dict and each optimizer's
-// state_dict(); docs/torch_state_dict.md lists them.
+// state_dict(); docs/training.md lists them.
 #include "dcp/torch_state_dict.h"
 
 #include <c10/util/Exception.h>

@@ -3,7 +3,10 @@
 // save every k steps (synchronously or through async_save), keep the last n and every m-th,
 // resume from the latest.
 //
-//   dcp::CheckpointManager manager("/shared/run", {.keep_last_n = 3, .comm = &comm});
+//   dcp::CheckpointManagerOptions options;
+//   options.keep_last_n = 3;
+//   options.comm = &comm;
+//   dcp::CheckpointManager manager("/shared/run", options);
 //   int64_t start = 0;
 //   if (auto latest = manager.latest_step()) start = manager.load(state, *latest) + 1;
 //   for (int64_t step = start; step < steps; ++step) {
