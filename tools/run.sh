@@ -22,7 +22,7 @@ log() { printf '\n== %s\n' "$*"; }
 
 install_packages() {
   local packages=(cmake ninja-build g++ python3-venv libopenmpi-dev openmpi-bin libisal-dev libgtest-dev
-                  libgmock-dev clang-14 libcli11-dev nlohmann-json3-dev)
+                  libgmock-dev clang-14 libcli11-dev nlohmann-json3-dev libzstd-dev)
   local missing=()
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,6 +44,11 @@ install_venv() {
   if ! "$VENV/bin/python" -c "import torch, numpy, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
     log "installing torch==$TORCH_VERSION into $VENV"
     "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy
+  fi
+  # Python DCP's ZStandard extension needs zstandard (the interop tests of compressed items).
+  if ! "$VENV/bin/python" -c "import zstandard" 2>/dev/null; then
+    log "installing zstandard into $VENV"
+    "$VENV/bin/pip" install -q zstandard
   fi
 }
 

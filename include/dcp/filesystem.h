@@ -26,6 +26,16 @@ class DirectoryLock;
 struct FileBucket;
 }  // namespace detail
 
+/// How FileSystemWriter encodes items.
+enum class Compression {
+  kNone,
+  /// zstd, as Python's FileSystemWriter(_extensions=[ZStandard()]): each item's record passes
+  /// through one zstd frame and its storage metadata names the transform "stream.zstd/1".
+  /// Python reads such checkpoints with the zstandard (or pyzstd) package installed; loads read
+  /// each compressed item whole (a zstd stream cannot be read from the middle).
+  kZstd,
+};
+
 struct FileSystemWriterOptions {
   /// One file per IO thread and rank ('__{rank}_{thread}.distcp'); false: one file per item.
   bool single_file_per_rank = true;
@@ -46,6 +56,10 @@ struct FileSystemWriterOptions {
   /// (the coordinator writes a probe file that all ranks must read back). Turn off only for
   /// storage that is shared but slow to show new files, and then make sure it is shared.
   bool check_shared_directory = true;
+  /// Item encoding (Python's _extensions); see Compression.
+  Compression compression = Compression::kNone;
+  /// zstd's level (1-19; 3 is zstd's default) when compression is kZstd.
+  int zstd_level = 3;
 };
 
 /// Writes a checkpoint directory. `path` may be empty when dcp::save is given a checkpoint_id

@@ -50,6 +50,10 @@ namespace dcp {
 namespace {
 
 // About what a bucket's records take: the tensors' bytes plus a record's headers and padding.
+detail::ItemEncoding encoding_of(const FileSystemWriterOptions& options) {
+  return detail::ItemEncoding{options.compression == Compression::kZstd, options.zstd_level};
+}
+
 uint64_t expected_bytes(const detail::FileBucket& bucket) {
   constexpr uint64_t kRecordOverhead = 4096;
   uint64_t bytes = 0;
@@ -135,13 +139,13 @@ std::vector<WriteResult> FileSystemWriter::write_file(const std::string& file_pa
     // So the file's expected size is allocated first and trimmed to what was written.
     const bool preallocated = file->preallocate(expected_bytes(bucket));
     detail::DirectFileOutput out(*file);
-    results = detail::write_bucket(bucket, planner, out);
+    results = detail::write_bucket(bucket, planner, out, encoding_of(options_));
     out.finish();
     if (preallocated) file->truncate(out.position());
   } else {
     file = detail::File::open(file_path, flags);
     detail::BufferedFileOutput out(*file);
-    results = detail::write_bucket(bucket, planner, out);
+    results = detail::write_bucket(bucket, planner, out, encoding_of(options_));
     out.finish();
   }
   if (options_.sync_files) file->sync();

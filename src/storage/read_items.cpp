@@ -14,6 +14,7 @@
 #include <mutex>
 #include <utility>
 
+#include "format/stream_transform.h"
 #include "format/torch_save.h"
 #include "storage/paths.h"
 #include "util/crc32.h"
@@ -170,12 +171,17 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
     const StorageInfo& info = *record.info;
     with_context(
         [&] {
-          TORCH_CHECK_NOT_IMPLEMENTED(info.transform_descriptors.empty(),
-                                      "stored with transforms (",
-                                      info.transform_descriptors.front(),
-                                      "), which dcp does not read yet");
-          read_record(ItemSource(file(info.relative_path), info), record.items, planner,
-                      options);
+          const ItemSource source(file(info.relative_path), info);
+          if (!is_zstd_item(info.transform_descriptors)) {
+            read_record(source, record.items, planner, options);
+            return;
+          }
+          // Note [Compressed items]: a zstd stream has no index, so the whole item is read and
+          // decompressed (bounded by what its metadata allows), then read from memory.
+          const BufferSource decoded(
+              zstd_decompress(source, decoded_size_bound(metadata, *record.items.front())),
+              source.describe() + " (zstd-decompressed)");
+          read_record(decoded, record.items, planner, options);
         },
         [&] {
           return c10::str("reading '", index.fqn, "' from '",

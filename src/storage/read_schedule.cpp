@@ -24,6 +24,8 @@
 #include <limits>
 #include <map>
 
+#include "util/checked.h"
+
 namespace dcp::detail {
 namespace {
 
@@ -53,6 +55,31 @@ const ChunkStorageMetadata* saved_chunk(const Metadata& metadata, const Metadata
   return nullptr;
 }
 
+}  // namespace
+
+uint64_t decoded_size_bound(c10::ScalarType dtype, const ChunkStorageMetadata* chunk,
+                            const std::string& fqn) {
+  if (chunk == nullptr) return kMaxDecodedValueBytes;
+  const std::optional<int64_t> numel = checked_volume(chunk->sizes);
+  const std::optional<int64_t> bytes =
+      numel ? checked_mul(*numel, static_cast<int64_t>(c10::elementSize(dtype))) : std::nullopt;
+  const std::optional<int64_t> bound =
+      bytes ? checked_add(*bytes, static_cast<int64_t>(kRecordOverheadBound)) : std::nullopt;
+  TORCH_CHECK(bound.has_value(), "the saved chunk of '", fqn,
+              "' has sizes whose byte count overflows");
+  return static_cast<uint64_t>(*bound);
+}
+
+uint64_t decoded_size_bound(const Metadata& metadata, const ReadItem& item) {
+  c10::ScalarType dtype = c10::ScalarType::Byte;
+  const ChunkStorageMetadata* chunk = item.type == LoadItemType::BYTE_IO
+                                          ? nullptr
+                                          : saved_chunk(metadata, item.storage_index, &dtype);
+  return decoded_size_bound(dtype, chunk, item.storage_index.fqn);
+}
+
+namespace {
+
 // The byte ranges of the file that reading one record will touch, sorted and disjoint.
 std::vector<ByteRange> record_ranges(const RecordRead& record, const Metadata& metadata,
                                      bool ranged_reads) {
@@ -60,7 +87,10 @@ std::vector<ByteRange> record_ranges(const RecordRead& record, const Metadata& m
   const uint64_t o = static_cast<uint64_t>(info.offset);
   const uint64_t l = static_cast<uint64_t>(info.length);
   const std::vector<ByteRange> whole{{o, o + l}};
-  if (!ranged_reads || record.items.front()->type == LoadItemType::BYTE_IO) return whole;
+  if (!ranged_reads || record.items.front()->type == LoadItemType::BYTE_IO ||
+      !info.transform_descriptors.empty()) {
+    return whole;  // compressed items are read whole (Note [Compressed items], read_items.cpp)
+  }
   c10::ScalarType dtype;
   const ChunkStorageMetadata* chunk =
       saved_chunk(metadata, record.items.front()->storage_index, &dtype);

@@ -44,6 +44,16 @@ struct RecordRead {
 
 /// The records in read order: by file, then by offset, so each file is read front to back.
 /// Throws when the plan reads an item the metadata has no storage entry for.
+/// How many bytes a stored item may decompress to (Note [Compressed items] in read_items.cpp):
+/// a tensor chunk's bytes plus kRecordOverheadBound for its zip headers and data.pkl; for a byte
+/// item (or a chunk the metadata does not describe), kMaxDecodedValueBytes.
+inline constexpr uint64_t kRecordOverheadBound = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxDecodedValueBytes = uint64_t{256} << 20;
+uint64_t decoded_size_bound(const Metadata& metadata, const ReadItem& item);
+/// The same for a saved chunk of `dtype` (nullptr: a byte item); `fqn` is named in errors.
+uint64_t decoded_size_bound(c10::ScalarType dtype, const ChunkStorageMetadata* chunk,
+                            const std::string& fqn);
+
 std::vector<RecordRead> schedule_reads(const LoadPlan& plan, const Metadata& metadata,
                                        const ReadOptions& options);
 

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "dcp/filesystem.h"
+#include "format/stream_transform.h"
 #include "format/torch_save.h"
 #include "format/zip_directory.h"
 #include "planner/planner_helpers.h"
@@ -128,9 +129,17 @@ VerifyReport verify(const std::string& checkpoint_id, const VerifyOptions& optio
     const StorageInfo& info = *r.info;
     std::string failure;
     try {
-      TORCH_CHECK(info.transform_descriptors.empty(), "stored with transforms, which dcp does ",
-                  "not read yet");
-      const detail::ItemSource source(files.at(info.relative_path), info);
+      const detail::ItemSource item(files.at(info.relative_path), info);
+      std::optional<detail::BufferSource> decoded;  // a compressed item, decompressed
+      if (detail::is_zstd_item(info.transform_descriptors)) {
+        decoded.emplace(detail::zstd_decompress(
+                            item, detail::decoded_size_bound(
+                                      r.tensor ? r.tensor->properties.dtype : c10::ScalarType::Byte,
+                                      r.chunk, r.index->fqn)),
+                        item.describe() + " (zstd-decompressed)");
+      }
+      const detail::ArchiveSource& source =
+          decoded ? static_cast<const detail::ArchiveSource&>(*decoded) : item;
       detail::check_zip_records(source);
       if (r.tensor == nullptr) {
         detail::read_value_archive(source, /*verify_crc32=*/true);

@@ -9,9 +9,11 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 
+#include "format/stream_transform.h"
 #include "format/torch_save.h"
 #include "storage/paths.h"
 #include "util/error_context.h"
@@ -57,21 +59,29 @@ std::vector<FileBucket> assign_files(const SavePlan& plan, bool single_file_per_
 }
 
 std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& planner,
-                                      OutputStream& out) {
+                                      OutputStream& out, const ItemEncoding& encoding) {
   std::vector<WriteResult> results;
   results.reserve(bucket.items.size());
-  const ByteSink sink = [&out](const void* data, size_t n) { out.write(data, n); };
+  const ByteSink file_sink = [&out](const void* data, size_t n) { out.write(data, n); };
   for (const WriteItem* item : bucket.items) {
     const uint64_t start = out.position();
-    const uint64_t length = with_context(
+    with_context(
         [&] {
+          std::optional<ZstdCompressor> zstd;
+          if (encoding.zstd) zstd.emplace(file_sink, encoding.zstd_level);
+          const ByteSink sink = zstd ? ByteSink([&zstd](const void* data, size_t n) {
+            zstd->write(data, n);
+          })
+                                     : file_sink;
           WritePayload payload = planner.resolve_data(*item);
           if (auto* tensor = std::get_if<at::Tensor>(&payload)) {
             TORCH_CHECK(item->type != WriteItemType::BYTE_IO,
                         "planner resolved a byte item to a tensor");
-            return write_tensor_archive(tensor->detach().cpu(), sink);
+            write_tensor_archive(tensor->detach().cpu(), sink);
+          } else {
+            write_value_archive(std::get<Value>(payload), sink);
           }
-          return write_value_archive(std::get<Value>(payload), sink);
+          if (zstd) zstd->finish();
         },
         [&] {
           return c10::str("writing '", item->index.fqn, "' to '", bucket.relative_path,
@@ -79,9 +89,11 @@ std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& pla
         });
     WriteResult r;
     r.index = item->index;
+    const uint64_t length = out.position() - start;
     r.size_in_bytes = static_cast<int64_t>(length);
     r.storage_data = StorageInfo{bucket.relative_path, static_cast<int64_t>(start),
                                  static_cast<int64_t>(length), {}};
+    if (encoding.zstd) r.storage_data.transform_descriptors = {kZstdDescriptor};
     results.push_back(std::move(r));
   }
   return results;

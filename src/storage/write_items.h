@@ -42,10 +42,20 @@ class OutputStream {
   virtual uint64_t position() const = 0;
 };
 
+/// How items are encoded (FileSystemWriterOptions::compression).
+struct ItemEncoding {
+  bool zstd = false;     // Python's ZStandard extension: records pass through zstd
+  int zstd_level = 3;
+};
+
 /// Resolves each item through the planner and appends its record. Errors keep their type and
 /// gain the item, the file and the byte offset as context.
 std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& planner,
-                                      OutputStream& out);
+                                      OutputStream& out, const ItemEncoding& encoding);
+inline std::vector<WriteResult> write_bucket(const FileBucket& bucket, SavePlanner& planner,
+                                             OutputStream& out) {
+  return write_bucket(bucket, planner, out, ItemEncoding{});
+}
 
 /// Writes each bucket of `plan` with `write_file` (one call per file, on up to `thread_count`
 /// threads) and returns all results, in bucket order, as a ready future (or its failure).

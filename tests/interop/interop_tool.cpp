@@ -1,5 +1,5 @@
 // The C++ side of the interop tests (test_interop.py runs it):
-//   interop_tool save <dir> [--threads N] [--file-per-item]
+//   interop_tool save <dir> [--threads N] [--file-per-item] [--zstd]
 //       saves testing::reference_state_dict() with dcp::save
 //   interop_tool load <dir>
 //       loads <dir> (written by Python DCP) into a blank copy of the reference state dict and
@@ -12,7 +12,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: interop_tool save|load <dir> [--threads N] [--file-per-item]\n";
+    std::cerr << "usage: interop_tool save|load <dir> [--threads N] [--file-per-item] [--zstd]\n";
     return 2;
   }
   const std::string command = argv[1];
@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
           options.thread_count = std::atoi(argv[++i]);
         } else if (std::strcmp(argv[i], "--file-per-item") == 0) {
           options.single_file_per_rank = false;
+        } else if (std::strcmp(argv[i], "--zstd") == 0) {
+          options.compression = dcp::Compression::kZstd;
         }
       }
       dcp::FileSystemWriter writer(dir, options);

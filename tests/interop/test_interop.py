@@ -16,6 +16,7 @@ import zipfile
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint._extension import ZStandard
 
 from values import blank_like, difference, reference_state_dict
 
@@ -54,9 +55,14 @@ class CppSavesPythonLoads(unittest.TestCase):
         self.assertTrue(TOOL, "DCP_INTEROP_TOOL is not set")
 
     def test_python_dcp_load_gets_every_value_back(self):
-        for layout in ([], ["--threads", "3"], ["--file-per-item"]):
+        for layout in ([], ["--threads", "3"], ["--file-per-item"], ["--zstd"],
+                       ["--zstd", "--threads", "2"]):
             with self.subTest(layout=layout), tempfile.TemporaryDirectory() as d:
                 run_tool("save", d, *layout)
+                if "--zstd" in layout:  # every item goes through Python's ZStandard extension
+                    md = FileSystemReader(d).read_metadata()
+                    self.assertTrue(all(info.transform_descriptors == ["stream.zstd/1"]
+                                        for info in md.storage_data.values()))
                 loaded = blank_like(reference_state_dict())
                 dcp.load(loaded, checkpoint_id=d, no_dist=True)
                 self.assertIsNone(difference(reference_state_dict(), loaded))
@@ -118,6 +124,8 @@ class PythonSavesCppLoads(unittest.TestCase):
             "four_threads": dict(thread_count=4),
             "file_per_item": dict(single_file_per_rank=False),
             "no_sync": dict(sync_files=False),
+            "zstd": dict(_extensions=[ZStandard()]),
+            "zstd_file_per_item": dict(_extensions=[ZStandard()], single_file_per_rank=False),
         }
         for name, kwargs in layouts.items():
             with self.subTest(layout=name), tempfile.TemporaryDirectory() as d:

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
+from torch.distributed.checkpoint._extension import ZStandard
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
@@ -74,6 +75,9 @@ def _worker(rank, world, port, action, layout, path, errors, finished):
     try:
         if action == "save":
             dcp.save(sharded_state(layout, world, zeros=False), checkpoint_id=path)
+        elif action == "save_zstd":  # Python's ZStandard extension: every item compressed
+            dcp.save(sharded_state(layout, world, zeros=False),
+                     storage_writer=dcp.FileSystemWriter(path, _extensions=[ZStandard()]))
         else:
             sd = sharded_state(layout, world, zeros=True)
             dcp.load(sd, checkpoint_id=path)
@@ -124,12 +128,12 @@ def run_python(world, action, layout, path):
               f"codes {codes} in process-group teardown", flush=True)
 
 
-def run_cpp(world, action, layout, path):
+def run_cpp(world, action, layout, path, *extra):
     env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
     cmd = [MPIRUN, "-np", str(world), "--oversubscribe", "--bind-to", "none", "--mca", "btl",
-           "self,vader", MPI_TOOL, action, path, layout]
+           "self,vader", MPI_TOOL, action, path, layout, *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
@@ -151,6 +155,11 @@ class PythonSavesCppLoads(unittest.TestCase):
             run_python(4, "save", "mesh2d", d)
             run_cpp(3, "load", "row", d)
 
+    def test_python_zstd_4_processes_to_cpp_3_ranks_resharded(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_python(4, "save_zstd", "row", d)
+            run_cpp(3, "load", "column", d)
+
     def test_python_replicated_mesh_dimension_to_cpp(self):
         with tempfile.TemporaryDirectory() as d:
             run_python(4, "save", "replicate_row", d)
@@ -165,6 +174,11 @@ class CppSavesPythonLoads(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             run_cpp(6, "save", "row", d)
             run_python(2, "load", "row", d)
+            run_python(2, "load", "column", d)
+
+    def test_cpp_zstd_4_ranks_to_python_2_processes_resharded(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_cpp(4, "save", "row", d, "zstd")
             run_python(2, "load", "column", d)
 
     def test_cpp_2d_mesh_to_python_2d_and_1d(self):

@@ -1,5 +1,6 @@
 // The program the MPI tests start under mpirun (tests/CMakeLists.txt, label 'mpi'):
-//   mpi_tool save <dir> <layout>       every rank saves its part of testing::sharded_state
+//   mpi_tool save <dir> <layout> [zstd] every rank saves its part of testing::sharded_state
+//                                      (with zstd: items compressed, Compression::kZstd)
 //   mpi_tool load <dir> <layout>       every rank loads into a zeroed sharded_state of this
 //                                      world and layout and checks it bit for bit
 //   mpi_tool fail <dir>                a write failure injected on the last rank must raise on
@@ -41,11 +42,15 @@ Layout parse_layout(const std::string& s) {
   TORCH_CHECK(false, "unknown layout ", s);
 }
 
-void save_state(dcp::Communicator& comm, const std::string& dir, Layout layout) {
+void save_state(dcp::Communicator& comm, const std::string& dir, Layout layout,
+                bool zstd = false) {
   dcp::StateDict sd = dcp::testing::sharded_state(comm.rank(), comm.size(), layout, false);
   dcp::SaveOptions options;
   options.comm = &comm;
-  dcp::save(sd, dir, options);
+  dcp::FileSystemWriterOptions writer_options;
+  if (zstd) writer_options.compression = dcp::Compression::kZstd;
+  dcp::FileSystemWriter writer(dir, writer_options);
+  dcp::save(sd, writer, options);
 }
 
 void load_and_check(dcp::Communicator& comm, const std::string& dir, Layout layout) {
@@ -386,7 +391,7 @@ int main(int argc, char** argv) {
       const std::string command = argv[1];
       const std::string dir = argv[2];
       const Layout layout = argc > 3 ? parse_layout(argv[3]) : Layout::kRow;
-      if (command == "save") save_state(comm, dir, layout);
+      if (command == "save") save_state(comm, dir, layout, argc > 4 && std::string(argv[4]) == "zstd");
       else if (command == "load") load_and_check(comm, dir, layout);
       else if (command == "fail") fail_case(comm, dir);
       else if (command == "nonshared") nonshared_case(comm, dir);
