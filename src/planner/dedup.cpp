@@ -2,7 +2,8 @@
 //   1. key = MetadataIndex (fqn, offset); walk distinct keys in first-seen order;
 //   2. candidates = ranks whose plans contain the key;
 //   3. keep it on the lowest candidate, or on the candidate with the fewest bytes so far;
-//   4. that rank's total grows by the item's weight (global numel x element size; 1 for bytes);
+//   4. that rank's total grows by the item's weight (global numel x element size, or 1 when
+//      that is 0 (an empty tensor) or the item is bytes: Python's `tensor_storage_size() or 1`);
 //   5. remove it from every other candidate's plan.
 //
 // At scale (a thousand ranks x thousands of tensors) almost every key is unique, so duplicates
@@ -35,7 +36,7 @@ int64_t weight_of(const WriteItem& item) {
   if (!item.tensor_data) return 1;
   auto weight = static_cast<int64_t>(c10::elementSize(item.tensor_data->properties.dtype));
   for (int64_t d : item.tensor_data->size) weight *= d;
-  return weight;
+  return weight == 0 ? 1 : weight;  // an empty tensor weighs 1, as in Python
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The C++ side of the interop tests (test_interop.py runs it):
 //   interop_tool save <dir> [--threads N] [--file-per-item] [--zstd]
 //       saves testing::reference_state_dict() with dcp::save
+//   interop_tool save-replicated <dir>
+//       4 in-process ranks save the same small state (placement of replicated items)
 //   interop_tool load <dir>
 //       loads <dir> (written by Python DCP) into a blank copy of the reference state dict and
 //       compares every value bit for bit; exits 1 naming the first difference
@@ -32,6 +34,25 @@ int main(int argc, char** argv) {
       }
       dcp::FileSystemWriter writer(dir, options);
       dcp::save(reference, writer);
+      std::cout << "saved " << dir << "\n";
+      return 0;
+    }
+    if (command == "save-replicated") {
+      // 4 in-process ranks save the same values (test_interop.py compares which rank stores
+      // each with Python's dedup_save_plans): empty tensors, 0-d tensors, byte items, tensors.
+      dcp::run_in_process(4, [&](dcp::Communicator& comm) {
+        dcp::StateDict state{
+            {"e0", at::zeros({0})},           {"s0", at::ones({})},
+            {"b0", 7},                        {"t0", at::ones({3})},
+            {"e1", at::zeros({0, 5}, at::kLong)}, {"s1", at::ones({}, at::kLong)},
+            {"b1", "text"},                   {"t1", at::ones({2, 2})},
+            {"e2", at::zeros({0})},           {"b2", 3.5},
+            {"s2", at::ones({}, at::kBFloat16)}, {"t2", at::ones({5})},
+            {"s3", at::ones({})},             {"s4", at::ones({})}};
+        dcp::SaveOptions options;
+        options.comm = &comm;
+        dcp::save(state, dir, options);
+      });
       std::cout << "saved " << dir << "\n";
       return 0;
     }

@@ -114,6 +114,32 @@ class CppSavesPythonLoads(unittest.TestCase):
                     self.assertEqual(list(t.shape), list(md.state_dict_metadata[index.fqn].size))
 
 
+class ReplicatedItemPlacement(unittest.TestCase):
+    """Which rank stores each replicated item: dcp's de-duplication against Python's own
+    dedup_save_plans on the same plans (empty tensors weigh 1, 0-d tensors their element size,
+    byte items 1)."""
+
+    def test_each_item_is_stored_by_the_rank_python_chooses(self):
+        from torch.distributed.checkpoint._dedup_save_plans import dedup_save_plans
+        from torch.distributed.checkpoint.default_planner import (
+            create_default_local_save_plan)
+        one = torch.ones
+        state = {"e0": torch.zeros(0), "s0": one(()), "b0": 7, "t0": one(3),
+                 "e1": torch.zeros(0, 5, dtype=torch.int64), "s1": one((), dtype=torch.int64),
+                 "b1": "text", "t1": one(2, 2), "e2": torch.zeros(0), "b2": 3.5,
+                 "s2": one((), dtype=torch.bfloat16), "t2": one(5), "s3": one(()), "s4": one(())}
+        plans = [create_default_local_save_plan(state, r == 0) for r in range(4)]
+        expected = {item.index.fqn: r for r, plan in enumerate(dedup_save_plans(plans))
+                    for item in plan.items}
+        self.assertEqual(len(expected), len(state))
+        with tempfile.TemporaryDirectory() as d:
+            run_tool("save-replicated", d)
+            md = FileSystemReader(d).read_metadata()
+            got = {index.fqn: int(info.relative_path.split("_")[2])
+                   for index, info in md.storage_data.items()}
+        self.assertEqual(got, expected)
+
+
 class PythonSavesCppLoads(unittest.TestCase):
     def setUp(self):
         self.assertTrue(TOOL, "DCP_INTEROP_TOOL is not set")
