@@ -17,6 +17,7 @@
 #include "dcp/dcp.h"
 #include "io/file.h"
 #include "storage/file_output.h"
+#include "storage/metadata_file.h"
 #include "storage/read_items.h"
 #include "storage/write_items.h"
 #include "testing/storage_conformance.h"
@@ -308,6 +309,65 @@ INSTANTIATE_TEST_SUITE_P(
                        StorageBackendFactory([] { return std::make_unique<FileSystemBackend>(false); })),
         std::make_pair("Memory", StorageBackendFactory([] { return std::make_unique<MemoryBackend>(); }))),
     [](const auto& info) { return std::string(info.param.first); });
+
+}  // namespace
+}  // namespace dcp
+
+// ---------------------------------------------------------------------------------------------
+// Rank-local metadata (Note [Rank-local metadata]): the merge of a save without collectives.
+
+namespace dcp {
+namespace {
+
+Metadata rank_part(int rank, c10::ScalarType dtype, std::vector<int64_t> rows) {
+  Metadata md;
+  TensorStorageMetadata t;
+  t.properties.dtype = dtype;
+  t.size = {4, 3};
+  t.chunks.push_back(ChunkStorageMetadata{{rows[0], 0}, {rows[1], 3}});
+  md.state_dict_metadata["w"] = t;
+  md.state_dict_metadata["step"] = BytesStorageMetadata{};
+  const std::string prefix = "__" + std::to_string(rank) + "_0.distcp";
+  md.storage_data[MetadataIndex("w", std::vector<int64_t>{rows[0], 0})] = StorageInfo{prefix, 0, 10, {}};
+  md.storage_data[MetadataIndex("step")] = StorageInfo{prefix, 10, 5, {}};
+  return md;
+}
+
+TEST(RankLocalMetadataTest, MergeUnitesChunksAndKeepsTheLowestRanksCopies) {
+  const Metadata merged = detail::merge_rank_local_metadata(
+      {{"__0.metadata", rank_part(0, at::kFloat, {0, 2})},
+       {"__1.metadata", rank_part(1, at::kFloat, {2, 2})}});
+  const auto& w = std::get<TensorStorageMetadata>(merged.state_dict_metadata.at("w"));
+  ASSERT_EQ(w.chunks.size(), 2u);
+  EXPECT_EQ(w.chunks[1].offsets, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(merged.storage_data.at(MetadataIndex("w", std::vector<int64_t>{2, 0})).relative_path, "__1_0.distcp");
+  EXPECT_EQ(merged.storage_data.at(MetadataIndex("step")).relative_path, "__0_0.distcp");
+}
+
+TEST(RankLocalMetadataTest, ContradictionsNameTheKeyAndBothFiles) {
+  auto error = [](const Metadata& a, const Metadata& b) {
+    try {
+      detail::merge_rank_local_metadata({{"__0.metadata", a}, {"__1.metadata", b}});
+    } catch (const c10::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string e = error(rank_part(0, at::kFloat, {0, 2}), rank_part(1, at::kDouble, {2, 2}));
+  EXPECT_NE(e.find("'__1.metadata' describes 'w' as float64 [4, 3] but '__0.metadata' as "
+                   "float32 [4, 3]"),
+            std::string::npos)
+      << e;
+  e = error(rank_part(0, at::kFloat, {0, 2}), rank_part(1, at::kFloat, {0, 3}));
+  EXPECT_NE(e.find("has a chunk of 'w' at [0, 0] of sizes [3, 3] where '__0.metadata' has "
+                   "sizes [2, 3]"),
+            std::string::npos)
+      << e;
+  Metadata bytes_w = rank_part(1, at::kFloat, {2, 2});
+  bytes_w.state_dict_metadata["w"] = BytesStorageMetadata{};
+  e = error(rank_part(0, at::kFloat, {0, 2}), bytes_w);
+  EXPECT_NE(e.find("stores 'w' as bytes but '__0.metadata' as a tensor"), std::string::npos) << e;
+}
 
 }  // namespace
 }  // namespace dcp

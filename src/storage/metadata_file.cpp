@@ -3,6 +3,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <map>
+
 #include "format/metadata_checksum.h"
 #include "format/metadata_codec.h"
 #include "io/file.h"
@@ -10,11 +12,81 @@
 
 namespace dcp::detail {
 
+// Note [Rank-local metadata]: Python's save(..., use_collectives=False) has every rank plan
+// alone and write "__{rank}.metadata" describing only what that rank wrote (its data files keep
+// the prefix "__{rank}_"); Python's load then reads only its own rank's file, so it needs the
+// same world size. dcp merges every rank's file into the metadata of the whole checkpoint
+// (tensors: the union of their chunks; an item that several ranks wrote, such as a replicated
+// tensor or a byte item, is read from the lowest rank's copy), so such a checkpoint loads at
+// any world size, resharded like any other.
+Metadata merge_rank_local_metadata(const std::vector<std::pair<std::string, Metadata>>& parts) {
+  Metadata out;
+  std::map<std::string, std::string> first_file;  // key -> the file that described it first
+  for (const auto& [file, md] : parts) {
+    for (const auto& [key, entry] : md.state_dict_metadata) {
+      auto [it, inserted] = out.state_dict_metadata.emplace(key, entry);
+      if (inserted) {
+        first_file.emplace(key, file);
+        continue;
+      }
+      const auto* mine = std::get_if<TensorStorageMetadata>(&entry);
+      auto* merged = std::get_if<TensorStorageMetadata>(&it->second);
+      TORCH_CHECK((mine == nullptr) == (merged == nullptr), "rank-local metadata '", file,
+                  "' stores '", key, "' as ", mine ? "a tensor" : "bytes", " but '",
+                  first_file.at(key), "' as ", mine ? "bytes" : "a tensor");
+      if (mine == nullptr) continue;  // the same byte item, written by several ranks
+      TORCH_CHECK(mine->properties.dtype == merged->properties.dtype && mine->size == merged->size,
+                  "rank-local metadata '", file, "' describes '", key, "' as ",
+                  dtype_name(mine->properties.dtype), " ", c10::IntArrayRef(mine->size), " but '",
+                  first_file.at(key), "' as ", dtype_name(merged->properties.dtype), " ",
+                  c10::IntArrayRef(merged->size));
+      for (const auto& chunk : mine->chunks) {
+        bool known = false;
+        for (const auto& have : merged->chunks) {
+          if (have.offsets != chunk.offsets) continue;
+          TORCH_CHECK(have.sizes == chunk.sizes, "rank-local metadata '", file,
+                      "' has a chunk of '", key, "' at ", c10::IntArrayRef(chunk.offsets),
+                      " of sizes ", c10::IntArrayRef(chunk.sizes), " where '", first_file.at(key),
+                      "' has sizes ", c10::IntArrayRef(have.sizes));
+          known = true;
+        }
+        if (!known) merged->chunks.push_back(chunk);
+      }
+    }
+    for (const auto& [index, info] : md.storage_data) out.storage_data.emplace(index, info);
+    if (md.planner_data) {
+      if (!out.planner_data) out.planner_data.emplace();
+      for (const auto& [key, path] : *md.planner_data) out.planner_data->emplace(key, path);
+    }
+    if (!out.storage_meta) out.storage_meta = md.storage_meta;
+    if (!out.version) out.version = md.version;
+  }
+  return out;
+}
+
 MetadataFile read_metadata_file(const std::string& dir, bool check_checksum) {
   TORCH_CHECK(!dir.empty(), "FileSystemReader: no checkpoint path (pass a checkpoint_id)");
   const std::string file = join_path(dir, paths::metadata_file());
   if (!path_exists(file)) {
     TORCH_CHECK(is_directory(dir), "no checkpoint at '", dir, "': the directory does not exist");
+    std::map<int, std::string> rank_files;
+    for (const auto& name : list_directory(dir)) {
+      if (const auto rank = paths::parse_rank_metadata_file(name)) rank_files.emplace(*rank, name);
+    }
+    if (!rank_files.empty()) {  // a save without collectives
+      std::vector<std::pair<std::string, Metadata>> parts;
+      for (const auto& [rank, name] : rank_files) {
+        const std::string path = join_path(dir, name);
+        const std::string bytes = read_file(path, kMaxMetadataBytes);
+        parts.emplace_back(path, decode_metadata(bytes.data(), bytes.size(), "'" + path + "'"));
+      }
+      MetadataFile out;
+      out.metadata = merge_rank_local_metadata(parts);
+      out.checksum = check_checksum ? MetadataFile::Checksum::kAbsent
+                                    : MetadataFile::Checksum::kUnchecked;
+      out.rank_local_files = static_cast<int>(parts.size());
+      return out;
+    }
     bool has_data = false;
     for (const auto& name : list_directory(dir)) has_data = has_data || paths::is_data_file(name);
     TORCH_CHECK(!has_data, "no checkpoint at '", dir, "': data files are there but '",

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dcp/metadata.h"
 
@@ -18,6 +20,9 @@ struct MetadataFile {
   };
   Metadata metadata;
   Checksum checksum = Checksum::kUnchecked;
+  /// How many rank-local "__{rank}.metadata" files were merged (Note [Rank-local metadata]);
+  /// 0 for a checkpoint with one '.metadata'.
+  int rank_local_files = 0;
 };
 
 /// The largest '.metadata' read (1 GiB: tens of millions of entries; Python's own pickle.load
@@ -25,9 +30,15 @@ struct MetadataFile {
 constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
 
 /// Reads and decodes `dir`/.metadata; with `check_checksum`, compares it with its sidecar.
-/// Throws c10::Error when there is no checkpoint, when it does not decode, and when the
-/// sidecar shows it corrupt (naming both files).
+/// Without '.metadata', merges the rank-local "__{rank}.metadata" files of a save without
+/// collectives, if there are any (Note [Rank-local metadata]). Throws c10::Error when there is
+/// no checkpoint, when it does not decode, when rank-local files contradict each other, and
+/// when the sidecar shows it corrupt (naming both files).
 MetadataFile read_metadata_file(const std::string& dir, bool check_checksum);
+
+/// Merges the metadata of a save without collectives, one part per rank (ascending), into the
+/// metadata of the whole checkpoint. Throws naming the key and both files on a contradiction.
+Metadata merge_rank_local_metadata(const std::vector<std::pair<std::string, Metadata>>& parts);
 
 /// "verified", "absent", ...: for reports.
 const char* checksum_name(MetadataFile::Checksum checksum);

@@ -27,6 +27,23 @@ std::string save_token(const std::string& save_id) {
 std::string metadata_checksum_file() { return ".metadata.checksum"; }
 std::string metadata_checksum_temp_file() { return ".metadata.checksum.tmp"; }
 std::string lock_file() { return ".dcp_lock"; }
+std::string rank_metadata_file(int rank) { return "__" + std::to_string(rank) + ".metadata"; }
+
+std::optional<int> parse_rank_metadata_file(const std::string& name) {
+  constexpr size_t kMaxDigits = 9;  // below INT_MAX
+  const std::string suffix = ".metadata";
+  if (name.size() <= 2 + suffix.size() || name.compare(0, 2, "__") != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(2, name.size() - 2 - suffix.size());
+  if (digits.size() > kMaxDigits || (digits.size() > 1 && digits[0] == '0')) return std::nullopt;
+  for (char c : digits) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+  }
+  return std::stoi(digits);
+}
+
 std::string step_directory(int64_t step) { return "step_" + std::to_string(step); }
 
 std::optional<int64_t> parse_step_directory(const std::string& name) {

@@ -9,6 +9,11 @@ namespace dcp::detail::paths {
 
 /// The committed metadata: ".metadata".
 std::string metadata_file();
+/// A rank's own metadata when a save ran without collectives (Python's use_collectives=False):
+/// "__{rank}.metadata".
+std::string rank_metadata_file(int rank);
+/// The rank of a "__{rank}.metadata" name; nullopt for any other name.
+std::optional<int> parse_rank_metadata_file(const std::string& name);
 /// Where the coordinator writes the metadata before the rename: ".metadata.tmp".
 std::string metadata_temp_file();
 /// The per-rank file prefix the coordinator assigns: Python's "__{rank}_", or with a save token

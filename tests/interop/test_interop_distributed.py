@@ -75,6 +75,9 @@ def _worker(rank, world, port, action, layout, path, errors, finished):
     try:
         if action == "save":
             dcp.save(sharded_state(layout, world, zeros=False), checkpoint_id=path)
+        elif action == "save_local":  # no collectives: one __{rank}.metadata per rank
+            dcp.save(sharded_state(layout, world, zeros=False), checkpoint_id=path,
+                     use_collectives=False)
         elif action == "save_zstd":  # Python's ZStandard extension: every item compressed
             dcp.save(sharded_state(layout, world, zeros=False),
                      storage_writer=dcp.FileSystemWriter(path, _extensions=[ZStandard()]))
@@ -159,6 +162,17 @@ class PythonSavesCppLoads(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             run_python(4, "save_zstd", "row", d)
             run_cpp(3, "load", "column", d)
+
+    def test_python_without_collectives_4_processes_to_cpp_at_any_world_size(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_python(4, "save_local", "row", d)
+            names = sorted(os.listdir(d))
+            self.assertNotIn(".metadata", names)
+            self.assertEqual([n for n in names if n.endswith(".metadata")],
+                             [f"__{r}.metadata" for r in range(4)])
+            run_cpp(4, "load", "row", d)
+            run_cpp(3, "load", "column", d)
+            run_cpp(1, "load", "row", d)
 
     def test_python_replicated_mesh_dimension_to_cpp(self):
         with tempfile.TemporaryDirectory() as d:
