@@ -43,6 +43,11 @@ struct SaveOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   /// Called at the start and end of the save and of its phases (dcp/events.h). May be empty.
   EventHook on_event;
+  /// false: Python's use_collectives=False. Every rank plans, writes and commits alone (with
+  /// FileSystemWriter: its own "__{rank}.metadata"); the only collective is a final exchange
+  /// of every rank's outcome. Not atomic across ranks. Loads merge the ranks' metadata, at any
+  /// world size.
+  bool use_collectives = true;
 };
 
 /// Renames the checkpoint's flat keys to the keys of the state being loaded, before planning,

@@ -74,6 +74,7 @@ class FileSystemWriter : public StorageWriter {
   // StorageWriter:
   void reset(const std::optional<std::string>& checkpoint_id) override;
   void set_up_storage_writer(bool is_coordinator, int rank) override;
+  void set_up_storage_writer_without_collectives(int rank) override;
   SavePlan prepare_local_plan(SavePlan plan) override;
   std::vector<SavePlan> prepare_global_plan(std::vector<SavePlan> plans) override;
   std::future<std::vector<WriteResult>> write_data(const SavePlan& plan,
@@ -97,6 +98,7 @@ class FileSystemWriter : public StorageWriter {
   FileSystemWriterOptions options_;
   std::string save_id_;
   bool is_coordinator_ = false;
+  std::optional<int> rank_local_;  // this rank, in a save without collectives
   std::unique_ptr<detail::DirectoryLock> lock_;  // the coordinator's (Note [Re-save])
   std::vector<std::string> prefixes_;              // the coordinator's: this save's file prefixes
   std::mutex written_mu_;

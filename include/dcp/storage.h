@@ -36,6 +36,9 @@ struct WriteResult {
 ///   coordinator: finish(metadata, all_results)        (commits the checkpoint)
 ///   all ranks:   abort()                              (only when the save failed, on any rank)
 /// The metadata given to finish is complete: storage_data already holds every rank's results.
+/// A save without collectives (SaveOptions::use_collectives = false) calls, on every rank alone:
+/// reset, storage_meta, set_up_storage_writer_without_collectives(rank), prepare_local_plan,
+/// prepare_global_plan({plan}), write_data, finish(metadata of this rank, {results}), abort.
 /// Not thread-safe: each rank drives it from one thread.
 class StorageWriter {
  public:
@@ -54,6 +57,10 @@ class StorageWriter {
                       const std::vector<std::vector<WriteResult>>& results) = 0;
   /// What to record in Metadata.storage_meta; nullopt when the backend records nothing.
   virtual std::optional<StorageMeta> storage_meta() { return std::nullopt; }
+  /// Python's set_up_storage_writer(..., use_collectives=False), instead of
+  /// set_up_storage_writer: this rank saves alone and must keep its files and its metadata
+  /// apart from the other ranks' (FileSystemWriter: "__{rank}.metadata"). The default refuses.
+  virtual void set_up_storage_writer_without_collectives(int rank);
 
   /// The shared-storage check: the coordinator leaves a probe in the storage and every rank must
   /// see it, so that ranks writing to storage the others cannot read (node-local disks) fail
@@ -110,6 +117,7 @@ class StorageWriterWrapper : public StorageWriter {
   void finish(const Metadata& metadata,
               const std::vector<std::vector<WriteResult>>& results) override;
   std::optional<StorageMeta> storage_meta() override;
+  void set_up_storage_writer_without_collectives(int rank) override;
   std::string create_visibility_probe() override;
   bool sees_visibility_probe(const std::string& probe) override;
   void remove_visibility_probe(const std::string& probe) override;

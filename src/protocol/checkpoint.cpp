@@ -104,9 +104,71 @@ std::string describe(const char* verb, const std::optional<std::string>& checkpo
 
 }  // namespace
 
+namespace {
+
+// SaveOptions::use_collectives = false (Note [Saving without collectives] in
+// filesystem_writer.cpp): Python's call order on one rank, then one exchange of outcomes.
+Metadata save_without_collectives(const StateDict& state, StorageWriter& writer,
+                                  const SaveOptions& options,
+                                  const std::optional<std::string>& checkpoint_id) {
+  SingleProcessCommunicator local;
+  Communicator& comm = communicator(options.comm, options.no_dist, local);
+  const int rank = comm.rank();
+  const std::string what = describe("saving (without collectives)", checkpoint_id);
+  comm.set_timeout(options.timeout);
+  detail::DistWrapper dist(comm, options.coordinator_rank);
+  std::shared_ptr<SavePlanner> planner =
+      options.planner ? options.planner : std::make_shared<DefaultSavePlanner>();
+  detail::EventRecorder events(options.on_event, Phase::kSave, rank, dist.size(),
+                              checkpoint_id.value_or(""), dist.is_coordinator());
+  Metadata metadata;
+  std::pair<int64_t, int64_t> written;
+  detail::with_context([&] {
+    dist.all_gather("save without collectives", [&] {
+      try {
+        if (checkpoint_id) writer.reset(checkpoint_id);
+        const std::optional<StorageMeta> storage_meta = writer.storage_meta();
+        events.begin(Phase::kPlan);
+        // As Python: only the coordinator writes non-tensor values.
+        planner->set_up_planner(state, storage_meta, dist.is_coordinator());
+        writer.set_up_storage_writer_without_collectives(rank);
+        std::vector<SavePlan> plans{writer.prepare_local_plan(planner->create_local_plan())};
+        auto [global, md] = planner->create_global_plan(std::move(plans));
+        global = writer.prepare_global_plan(std::move(global));
+        events.end(Phase::kPlan);
+        events.begin(Phase::kWrite);
+        const SavePlan plan = planner->finish_plan(global.at(0));
+        const std::vector<WriteResult> results = writer.write_data(plan, *planner).get();
+        written = bytes_and_files({results});
+        events.end(Phase::kWrite, true, written.first, written.second);
+        std::vector<std::pair<MetadataIndex, StorageInfo>> entries;
+        for (const auto& r : results) entries.emplace_back(r.index, r.storage_data);
+        md.storage_data = detail::make_storage_data(std::move(entries));
+        md.storage_meta = storage_meta;
+        md.version = kDcpVersion;
+        events.begin(Phase::kCommit);
+        writer.finish(md, {results});
+        events.end(Phase::kCommit);
+        metadata = std::move(md);
+      } catch (...) {
+        abort_quietly(writer);
+        throw;
+      }
+      return std::string();
+    });
+    events.finish(written.first, written.second);
+  }, [&] { return c10::str("rank ", rank, ": ", what); });
+  return metadata;
+}
+
+}  // namespace
+
 Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& options,
               const std::optional<std::string>& checkpoint_id) {
   if (has_stateful(state)) return save(resolve_stateful(state), writer, options, checkpoint_id);
+  if (!options.use_collectives) {
+    return save_without_collectives(state, writer, options, checkpoint_id);
+  }
   SingleProcessCommunicator local;
   Communicator& comm = communicator(options.comm, options.no_dist, local);
   const int rank = comm.rank();

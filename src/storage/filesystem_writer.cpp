@@ -80,6 +80,21 @@ void FileSystemWriter::reset(const std::optional<std::string>& checkpoint_id) {
 
 void FileSystemWriter::set_up_storage_writer(bool is_coordinator, int rank) {
   is_coordinator_ = is_coordinator;
+  rank_local_.reset();
+  std::lock_guard<std::mutex> lock(written_mu_);
+  written_.clear();
+}
+
+// Note [Saving without collectives]: as Python's FileSystemWriter with use_collectives=False,
+// the rank writes its data files with its own prefix "__{rank}_" and commits its own
+// "__{rank}.metadata" (temporary name, fsync, rename), describing only what it wrote. There is
+// no directory lock (every rank commits) and no checksum file; a re-save of the rank replaces
+// its metadata and then removes its own previous data files. The checkpoint as a whole is not
+// atomic: no rank knows when the others commit (dcp::save ends with a collective that reports
+// every rank's outcome). Loads merge the ranks' files (Note [Rank-local metadata]).
+void FileSystemWriter::set_up_storage_writer_without_collectives(int rank) {
+  is_coordinator_ = true;
+  rank_local_ = rank;
   std::lock_guard<std::mutex> lock(written_mu_);
   written_.clear();
 }
@@ -88,12 +103,31 @@ SavePlan FileSystemWriter::prepare_local_plan(SavePlan plan) {
   TORCH_CHECK(!path_.empty(), "FileSystemWriter: no checkpoint path (pass a checkpoint_id)");
   detail::create_directories(path_);
   const std::string metadata = detail::join_path(path_, detail::paths::metadata_file());
+  if (rank_local_) {  // Note [Saving without collectives]
+    TORCH_CHECK(!detail::path_exists(metadata), "'", path_, "' holds a checkpoint saved with ",
+                "collectives ('", detail::paths::metadata_file(), "'), which loads would read ",
+                "instead of a save without collectives: use another directory");
+    const std::string own = detail::join_path(path_, detail::paths::rank_metadata_file(*rank_local_));
+    TORCH_CHECK(options_.overwrite || !detail::path_exists(own), "checkpoint '", path_,
+                "' already exists and overwrite is false");
+    return plan;
+  }
   TORCH_CHECK(options_.overwrite || !detail::path_exists(metadata), "checkpoint '", path_,
               "' already exists and overwrite is false");
   return plan;
 }
 
 std::vector<SavePlan> FileSystemWriter::prepare_global_plan(std::vector<SavePlan> plans) {
+  if (rank_local_) {  // Note [Saving without collectives]
+    TORCH_CHECK(plans.size() == 1, "a save without collectives plans one rank, got ",
+                plans.size(), " plans");
+    const bool resave = detail::path_exists(
+        detail::join_path(path_, detail::paths::rank_metadata_file(*rank_local_)));
+    plans[0].storage_data = detail::paths::rank_prefix(
+        *rank_local_, resave ? detail::paths::save_token(save_id_) : "");
+    prefixes_ = {plans[0].storage_data};
+    return plans;
+  }
   // Note [Re-save]
   lock_.reset();
   lock_ = std::make_unique<detail::DirectoryLock>(detail::DirectoryLock::acquire(path_));
@@ -156,6 +190,26 @@ std::vector<WriteResult> FileSystemWriter::write_file(const std::string& file_pa
 void FileSystemWriter::finish(const Metadata& metadata,
                               const std::vector<std::vector<WriteResult>>& results) {
   const std::string bytes = detail::encode_metadata(metadata);
+  if (rank_local_) {  // Note [Saving without collectives]
+    replace_file(detail::paths::rank_metadata_temp_file(*rank_local_),
+                 detail::paths::rank_metadata_file(*rank_local_), bytes);
+    if (options_.sync_files) detail::sync_directory(path_);
+    const std::string mine = detail::paths::rank_prefix(*rank_local_);
+    std::vector<std::string> own_files;
+    for (const std::string& name : detail::list_directory(path_)) {
+      if (name.compare(0, mine.size(), mine) == 0) own_files.push_back(name);
+    }
+    for (const std::string& name :
+         detail::unreferenced_data_files(own_files, metadata, prefixes_)) {
+      try {
+        detail::remove_file(detail::join_path(path_, name));
+      } catch (const c10::Error& e) {
+        TORCH_WARN("rank ", *rank_local_, " committed to '", path_,
+                   "', but an unreferenced data file stays: ", e.what_without_backtrace());
+      }
+    }
+    return;
+  }
   try {
     // Note [Metadata checksum]: the sidecar goes first; without a save id it could not tell
     // a corrupt '.metadata' from a stale sidecar, so none is written.
@@ -261,7 +315,9 @@ void FileSystemWriter::abort() {
   if (written.empty()) return;
   try {
     Metadata committed;
-    const std::string metadata = detail::join_path(path_, detail::paths::metadata_file());
+    const std::string metadata = detail::join_path(
+        path_, rank_local_ ? detail::paths::rank_metadata_file(*rank_local_)
+                           : detail::paths::metadata_file());
     if (detail::path_exists(metadata)) {
       const std::string bytes = detail::read_file(metadata);
       committed = detail::decode_metadata(bytes.data(), bytes.size(), "'" + metadata + "'");

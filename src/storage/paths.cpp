@@ -29,6 +29,8 @@ std::string metadata_checksum_temp_file() { return ".metadata.checksum.tmp"; }
 std::string lock_file() { return ".dcp_lock"; }
 std::string rank_metadata_file(int rank) { return "__" + std::to_string(rank) + ".metadata"; }
 
+std::string rank_metadata_temp_file(int rank) { return rank_metadata_file(rank) + ".tmp"; }
+
 std::optional<int> parse_rank_metadata_file(const std::string& name) {
   constexpr size_t kMaxDigits = 9;  // below INT_MAX
   const std::string suffix = ".metadata";

@@ -12,6 +12,8 @@ std::string metadata_file();
 /// A rank's own metadata when a save ran without collectives (Python's use_collectives=False):
 /// "__{rank}.metadata".
 std::string rank_metadata_file(int rank);
+/// Where the rank writes it before the rename: "__{rank}.metadata.tmp".
+std::string rank_metadata_temp_file(int rank);
 /// The rank of a "__{rank}.metadata" name; nullopt for any other name.
 std::optional<int> parse_rank_metadata_file(const std::string& name);
 /// Where the coordinator writes the metadata before the rename: ".metadata.tmp".

@@ -17,11 +17,20 @@ StorageReaderWrapper::StorageReaderWrapper(std::shared_ptr<StorageReader> target
   TORCH_CHECK(target_ != nullptr, "StorageReaderWrapper: no target reader");
 }
 
+void StorageWriter::set_up_storage_writer_without_collectives(int rank) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "this StorageWriter cannot save without collectives ",
+                              "(SaveOptions::use_collectives = false)");
+}
+
 void StorageWriterWrapper::reset(const std::optional<std::string>& checkpoint_id) {
   target_->reset(checkpoint_id);
 }
 void StorageWriterWrapper::set_up_storage_writer(bool is_coordinator, int rank) {
   target_->set_up_storage_writer(is_coordinator, rank);
+}
+
+void StorageWriterWrapper::set_up_storage_writer_without_collectives(int rank) {
+  target_->set_up_storage_writer_without_collectives(rank);
 }
 SavePlan StorageWriterWrapper::prepare_local_plan(SavePlan plan) {
   return target_->prepare_local_plan(std::move(plan));

@@ -195,6 +195,13 @@ class CppSavesPythonLoads(unittest.TestCase):
             run_cpp(4, "save", "row", d, "zstd")
             run_python(2, "load", "column", d)
 
+    def test_cpp_without_collectives_to_python_on_the_same_world_size(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_cpp(4, "save", "row", d, "local")
+            self.assertNotIn(".metadata", os.listdir(d))
+            run_python(4, "load", "row", d)  # Python reads its own rank's __{rank}.metadata
+            run_cpp(3, "load", "column", d)
+
     def test_cpp_2d_mesh_to_python_2d_and_1d(self):
         with tempfile.TemporaryDirectory() as d:
             run_cpp(6, "save", "mesh2d", d)

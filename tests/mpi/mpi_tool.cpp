@@ -1,6 +1,7 @@
 // The program the MPI tests start under mpirun (tests/CMakeLists.txt, label 'mpi'):
-//   mpi_tool save <dir> <layout> [zstd] every rank saves its part of testing::sharded_state
-//                                      (with zstd: items compressed, Compression::kZstd)
+//   mpi_tool save <dir> <layout> [zstd|local]  every rank saves its part of
+//                                      testing::sharded_state (zstd: items compressed,
+//                                      Compression::kZstd; local: without collectives)
 //   mpi_tool load <dir> <layout>       every rank loads into a zeroed sharded_state of this
 //                                      world and layout and checks it bit for bit
 //   mpi_tool fail <dir>                a write failure injected on the last rank must raise on
@@ -43,12 +44,13 @@ Layout parse_layout(const std::string& s) {
 }
 
 void save_state(dcp::Communicator& comm, const std::string& dir, Layout layout,
-                bool zstd = false) {
+                const std::string& mode = "") {
   dcp::StateDict sd = dcp::testing::sharded_state(comm.rank(), comm.size(), layout, false);
   dcp::SaveOptions options;
   options.comm = &comm;
+  options.use_collectives = mode != "local";
   dcp::FileSystemWriterOptions writer_options;
-  if (zstd) writer_options.compression = dcp::Compression::kZstd;
+  if (mode == "zstd") writer_options.compression = dcp::Compression::kZstd;
   dcp::FileSystemWriter writer(dir, writer_options);
   dcp::save(sd, writer, options);
 }
@@ -391,7 +393,7 @@ int main(int argc, char** argv) {
       const std::string command = argv[1];
       const std::string dir = argv[2];
       const Layout layout = argc > 3 ? parse_layout(argv[3]) : Layout::kRow;
-      if (command == "save") save_state(comm, dir, layout, argc > 4 && std::string(argv[4]) == "zstd");
+      if (command == "save") save_state(comm, dir, layout, argc > 4 ? argv[4] : "");
       else if (command == "load") load_and_check(comm, dir, layout);
       else if (command == "fail") fail_case(comm, dir);
       else if (command == "nonshared") nonshared_case(comm, dir);

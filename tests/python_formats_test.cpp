@@ -1,12 +1,14 @@
-// Compressed items (Python's ZStandard extension, "stream.zstd/1"): FileSystemWriter with
-// Compression::kZstd round trips bitwise (resharding included), verify checks compressed
-// records, and hostile compressed items (corrupt, truncated, decompressing past what their
-// metadata allows, an unknown transform) are clear errors. The Python side is in
-// tests/interop (test_interop.py, test_interop_distributed.py).
+// Python DCP's optional formats, in dcp: compressed items (Python's ZStandard extension,
+// "stream.zstd/1"): FileSystemWriter with Compression::kZstd round trips bitwise (resharding
+// included), verify checks compressed records, and hostile compressed items (corrupt,
+// truncated, decompressing past what their metadata allows, an unknown transform) are clear
+// errors; and saves without collectives (one "__{rank}.metadata" per rank). The Python side is
+// in tests/interop (test_interop.py, test_interop_distributed.py).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -139,6 +141,98 @@ TEST(CompressionTest, HostileCompressedItemsAreClearErrors) {
     EXPECT_NE(e.find(info.relative_path), std::string::npos) << e;
     const VerifyReport report = verify(c);
     EXPECT_FALSE(report.problems.empty());
+  }
+}
+
+}  // namespace
+}  // namespace dcp
+
+// ---------------------------------------------------------------------------------------------
+// Saving without collectives (SaveOptions::use_collectives = false, Python's
+// use_collectives=False): one "__{rank}.metadata" per rank, loads merge them at any world size.
+
+namespace dcp {
+namespace {
+
+void save_local(const std::string& dir, Communicator& comm, int64_t seed,
+                std::shared_ptr<SavePlanner> planner = nullptr) {
+  const at::Tensor full = testing::make_tensor(at::kFloat, {9, 6}, seed);
+  SaveOptions options;
+  options.comm = &comm;
+  options.use_collectives = false;
+  options.planner = std::move(planner);
+  save(StateDict{{"w", distribute_tensor(full, {comm.size()}, comm.rank(), {Placement::Shard(0)})},
+                 {"step", seed}},
+       dir, options);
+}
+
+void expect_loads_on_2_ranks(const std::string& dir, int64_t seed) {
+  const at::Tensor full = testing::make_tensor(at::kFloat, {9, 6}, seed);
+  run_in_process(2, [&](Communicator& comm) {
+    StateDict state{{"w", zeros_sharded({9, 6}, at::kFloat, {2}, comm.rank(),
+                                        {Placement::Shard(1)})},
+                    {"step", 0}};
+    LoadOptions options;
+    options.comm = &comm;
+    load(state, dir, options);
+    const Shard& shard = state.at("w").get<ShardedTensor>().local_shards().at(0);
+    EXPECT_TRUE(torch::equal(shard.tensor, full.narrow(1, shard.offsets[1], 3)));
+    EXPECT_EQ(state.at("step"), Value(seed));
+  });
+}
+
+TEST(WithoutCollectivesTest, EveryRankCommitsItsOwnMetadataAndLoadsMergeThem) {
+  TempDir dir;
+  run_in_process(3, [&](Communicator& comm) { save_local(dir.path(), comm, 1); });
+  std::vector<std::string> metadata_files;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".metadata") != std::string::npos) metadata_files.push_back(name);
+  }
+  std::sort(metadata_files.begin(), metadata_files.end());
+  EXPECT_EQ(metadata_files,
+            (std::vector<std::string>{"__0.metadata", "__1.metadata", "__2.metadata"}));
+  expect_loads_on_2_ranks(dir.path(), 1);
+  EXPECT_TRUE(verify(dir.path()).ok());
+
+  // A re-save replaces each rank's metadata, then its old data files go.
+  run_in_process(3, [&](Communicator& comm) { save_local(dir.path(), comm, 2); });
+  expect_loads_on_2_ranks(dir.path(), 2);
+  int data_files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    data_files += e.path().extension() == ".distcp";
+  }
+  EXPECT_EQ(data_files, 3);
+}
+
+TEST(WithoutCollectivesTest, AFailureOnOneRankReachesEveryRank) {
+  TempDir dir;
+  std::vector<std::string> errors(3);
+  run_in_process(3, [&](Communicator& comm) {
+    try {
+      save_local(dir.path(), comm, 1,
+                 comm.rank() == 1 ? std::make_shared<testing::FailingSavePlanner>(0) : nullptr);
+    } catch (const c10::Error& e) {
+      errors[comm.rank()] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[r].find("rank 1"), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/__1.metadata"));
+}
+
+TEST(WithoutCollectivesTest, RefusesADirectoryThatHoldsACollectiveCheckpoint) {
+  TempDir dir;
+  save(StateDict{{"x", 1}}, dir.path());
+  SingleProcessCommunicator comm;
+  try {
+    save_local(dir.path(), comm, 1);
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a checkpoint saved with collectives"),
+              std::string::npos)
+        << e.what();
   }
 }
 
