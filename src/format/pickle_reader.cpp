@@ -279,12 +279,46 @@ class Machine {
     return o;
   }
   int64_t long_bytes(uint64_t n) {
-    check(n <= 8, "integer of ", n, " bytes does not fit in 64 bits");
+    if (n > 8) {  // a valid pickle of an int that C++ cannot hold: not corrupt, unsupported
+      const uint8_t* p = take(n);
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "a Python int that does not fit in 64 bits (",
+                                  decimal_of(p, n), ", ", n, " bytes) in ", source_,
+                                  ": dcp holds ints as int64");
+    }
     const uint8_t* p = take(n);
     uint64_t v = 0;
     for (uint64_t k = n; k-- > 0;) v = (v << 8) | p[k];
     if (n > 0 && n < 8 && (p[n - 1] & 0x80)) v |= ~uint64_t{0} << (8 * n);  // sign-extend
     return static_cast<int64_t>(v);
+  }
+  // The decimal form of a little-endian two's-complement integer of n bytes (for messages;
+  // long ones are abbreviated by their digit count).
+  static std::string decimal_of(const uint8_t* p, uint64_t n) {
+    constexpr uint64_t kMaxBytes = 64;
+    if (n > kMaxBytes) return "an int of " + std::to_string(n) + " bytes";
+    std::vector<uint8_t> mag(p, p + n);  // little-endian magnitude after the sign is taken
+    const bool negative = (mag.back() & 0x80) != 0;
+    if (negative) {  // two's complement: invert and add one
+      unsigned carry = 1;
+      for (auto& b : mag) {
+        const unsigned v = static_cast<uint8_t>(~b) + carry;
+        b = static_cast<uint8_t>(v);
+        carry = v >> 8;
+      }
+    }
+    std::string digits;
+    while (std::any_of(mag.begin(), mag.end(), [](uint8_t b) { return b != 0; })) {
+      unsigned rem = 0;
+      for (size_t i = mag.size(); i-- > 0;) {
+        const unsigned cur = (rem << 8) | mag[i];
+        mag[i] = static_cast<uint8_t>(cur / 10);
+        rem = cur % 10;
+      }
+      digits.push_back(static_cast<char>('0' + rem));
+    }
+    if (digits.empty()) digits = "0";
+    if (negative) digits.push_back('-');
+    return std::string(digits.rbegin(), digits.rend());
   }
   // torch.Size is a tuple: Python fails to change one (it has no items to set, no append,
   // no __dict__ for BUILD). Here that also keeps shared ones shared.

@@ -425,8 +425,10 @@ class ArchiveReader {
     Dict out;
     for (size_t k = 0; k + 1 < kv.size(); k += 2) {
       const auto& key = kv[k];
-      check(key->kind == Kind::Str || key->kind == Kind::Int,
-            "dict key of type ", key->kind_name(), " is not supported (str and int are)");
+      TORCH_CHECK_NOT_IMPLEMENTED(
+          key->kind == Kind::Str || key->kind == Kind::Int, "a dict with a key of Python type ",
+          key->kind_name(), " in ", source_.describe(),
+          ": dcp's dicts take str and int keys (the value is valid Python, C++ cannot hold it)");
       Key dk = key->kind == Kind::Str ? Key(std::string(key->str())) : Key(key->i());
       out.insert_or_assign(std::move(dk), value(kv[k + 1], depth + 1));
     }

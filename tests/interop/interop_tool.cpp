@@ -3,6 +3,8 @@
 //       saves testing::reference_state_dict() with dcp::save
 //   interop_tool save-replicated <dir>
 //       4 in-process ranks save the same small state (placement of replicated items)
+//   interop_tool load-all <dir>
+//       loads every key of <dir> (EmptyStateDictLoadPlanner)
 //   interop_tool load <dir>
 //       loads <dir> (written by Python DCP) into a blank copy of the reference state dict and
 //       compares every value bit for bit; exits 1 naming the first difference
@@ -54,6 +56,14 @@ int main(int argc, char** argv) {
         dcp::save(state, dir, options);
       });
       std::cout << "saved " << dir << "\n";
+      return 0;
+    }
+    if (command == "load-all") {  // every key of the checkpoint, whatever it holds
+      dcp::StateDict everything;
+      dcp::LoadOptions options;
+      options.planner = std::make_shared<dcp::EmptyStateDictLoadPlanner>();
+      dcp::load(everything, dir, options);
+      std::cout << "loaded " << dir << ": " << everything.size() << " top-level keys\n";
       return 0;
     }
     if (command == "load") {

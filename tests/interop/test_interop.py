@@ -140,6 +140,28 @@ class ReplicatedItemPlacement(unittest.TestCase):
         self.assertEqual(got, expected)
 
 
+class ValuesCppCannotHold(unittest.TestCase):
+    """Python values that C++ cannot hold are refused with the key and what the value is, not
+    as corruption."""
+
+    def test_big_ints_and_odd_dict_keys_are_named(self):
+        cases = {
+            "big": ({"opt": {"count": 2**70}}, "'opt.count'",
+                    "a Python int that does not fit in 64 bits (1180591620717411303424, 9 bytes)"),
+            "negative": ({"n": -(2**80)}, "'n'", "(-1208925819614629174706176, 11 bytes)"),
+            "tuple_key": ({"t": ({(1, 2): 3},)}, "'t'", "a dict with a key of Python type tuple"),
+            "float_key": ({"hp": ({1.5: "x"}, 2)}, "'hp'", "a dict with a key of Python type float"),
+        }
+        for name, (state, key, what) in cases.items():
+            with self.subTest(case=name), tempfile.TemporaryDirectory() as d:
+                dcp.save(state, checkpoint_id=d, no_dist=True)
+                proc = subprocess.run([TOOL, "load-all", d], capture_output=True, text=True)
+                self.assertNotEqual(proc.returncode, 0)
+                self.assertIn(what, proc.stderr)
+                self.assertIn(f"reading {key}", proc.stderr)
+                self.assertNotIn("corrupt", proc.stderr)
+
+
 class PythonSavesCppLoads(unittest.TestCase):
     def setUp(self):
         self.assertTrue(TOOL, "DCP_INTEROP_TOOL is not set")
