@@ -7,6 +7,8 @@ find_package(Threads REQUIRED)
 # ISA-L's CRC-32 (the zip polynomial, PCLMUL-accelerated): checks tensor records on load.
 find_package(ISAL REQUIRED)
 find_package(Zstd REQUIRED)
+# Header-only, private: the safetensors header parser (the CLI uses it too).
+find_package(nlohmann_json CONFIG REQUIRED)
 
 # fmt: LibTorch's include folder carries its own fmt headers (c10 includes them), so any
 # '#include <fmt/...>' in a translation unit that sees LibTorch resolves there. Linking a

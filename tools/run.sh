@@ -45,10 +45,10 @@ install_venv() {
     log "installing torch==$TORCH_VERSION into $VENV"
     "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy
   fi
-  # Python DCP's ZStandard extension needs zstandard (the interop tests of compressed items).
-  if ! "$VENV/bin/python" -c "import zstandard" 2>/dev/null; then
-    log "installing zstandard into $VENV"
-    "$VENV/bin/pip" install -q zstandard
+  # Python DCP's ZStandard extension needs zstandard; the safetensors tests need safetensors.
+  if ! "$VENV/bin/python" -c "import zstandard, safetensors" 2>/dev/null; then
+    log "installing zstandard and safetensors into $VENV"
+    "$VENV/bin/pip" install -q zstandard safetensors
   fi
 }
 

@@ -8,6 +8,7 @@
 #include "dcp/events.h"
 #include "dcp/filesystem.h"
 #include "dcp/format_utils.h"
+#include "dcp/hf_storage.h"
 #include "dcp/in_process_communicator.h"
 #include "dcp/memory_storage.h"
 #include "dcp/metadata.h"

@@ -3,6 +3,9 @@
 //       saves testing::reference_state_dict() with dcp::save
 //   interop_tool save-replicated <dir>
 //       4 in-process ranks save the same small state (placement of replicated items)
+//   interop_tool hf-to-dcp <hf dir> <world> <out dir>
+//       loads a Hugging Face safetensors model on <world> in-process ranks (row shards) with
+//       HuggingFaceStorageReader and saves it as a DCP checkpoint
 //   interop_tool load-all <dir>
 //       loads every key of <dir> (EmptyStateDictLoadPlanner)
 //   interop_tool load <dir>
@@ -10,6 +13,7 @@
 //       compares every value bit for bit; exits 1 naming the first difference
 #include <cstring>
 #include <iostream>
+#include <stdexcept>
 
 #include "dcp/dcp.h"
 #include "testing/test_util.h"
@@ -56,6 +60,35 @@ int main(int argc, char** argv) {
         dcp::save(state, dir, options);
       });
       std::cout << "saved " << dir << "\n";
+      return 0;
+    }
+    if (command == "hf-to-dcp") {  // hf-to-dcp <hf dir> <world> <out dir>
+      if (argc != 5) throw std::invalid_argument("usage: interop_tool hf-to-dcp <hf> <world> <out>");
+      const int world = std::atoi(argv[3]);
+      const std::string out = argv[4];
+      const dcp::Metadata md = dcp::HuggingFaceStorageReader(dir).read_metadata();
+      dcp::run_in_process(world, [&](dcp::Communicator& comm) {
+        // Every tensor of one dimension or more sharded by rows over the ranks: each rank
+        // reads its rows of the model, then the ranks save them as one DCP checkpoint.
+        dcp::StateDict state;
+        for (const auto& [name, entry] : md.state_dict_metadata) {
+          const auto& t = std::get<dcp::TensorStorageMetadata>(entry);
+          if (t.size.empty()) {
+            state[name] = at::zeros({}, at::TensorOptions().dtype(t.properties.dtype));
+          } else {
+            state[name] = dcp::zeros_sharded(t.size, t.properties.dtype, {comm.size()},
+                                             comm.rank(), {dcp::Placement::Shard(0)});
+          }
+        }
+        dcp::HuggingFaceStorageReader reader(dir);
+        dcp::LoadOptions load_options;
+        load_options.comm = &comm;
+        dcp::load(state, reader, load_options);
+        dcp::SaveOptions save_options;
+        save_options.comm = &comm;
+        dcp::save(state, out, save_options);
+      });
+      std::cout << "converted " << dir << " on " << world << " ranks to " << out << "\n";
       return 0;
     }
     if (command == "load-all") {  // every key of the checkpoint, whatever it holds

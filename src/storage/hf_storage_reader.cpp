@@ -1,0 +1,186 @@
+// HuggingFaceStorageReader (dcp/hf_storage.h): safetensors files as a dcp checkpoint.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "dcp/hf_storage.h"
+#include "format/safetensors.h"
+#include "io/file.h"
+#include "storage/paths.h"
+#include "storage/posix_input_file.h"
+#include "storage/read_schedule.h"
+#include "util/error_context.h"
+#include "util/parallel.h"
+
+namespace dcp {
+namespace {
+
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+constexpr uint64_t kMaxIndexBytes = 64 << 20;
+
+// The safetensors files of a model directory: those the index names, or every *.safetensors.
+std::vector<std::string> model_files(const std::string& dir) {
+  const std::string index = detail::join_path(dir, kIndexFile);
+  std::set<std::string> files;
+  if (detail::path_exists(index)) {
+    const nlohmann::json doc =
+        nlohmann::json::parse(detail::read_file(index, kMaxIndexBytes), nullptr, false);
+    TORCH_CHECK(!doc.is_discarded() && doc.is_object() && doc.contains("weight_map") &&
+                    doc["weight_map"].is_object(),
+                "'", index, "' is not a safetensors index (a JSON object with a weight_map)");
+    for (auto it = doc["weight_map"].begin(); it != doc["weight_map"].end(); ++it) {
+      TORCH_CHECK(it.value().is_string(), "'", index, "': weight_map['", it.key(),
+                  "'] is not a file name");
+      const std::string name = it.value().get<std::string>();
+      detail::paths::check_relative_name(name);
+      files.insert(name);
+    }
+  } else {
+    TORCH_CHECK(detail::is_directory(dir), "no Hugging Face model at '", dir,
+                "': the directory does not exist");
+    for (const std::string& name : detail::list_directory(dir)) {
+      const std::string suffix = ".safetensors";
+      if (name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        files.insert(name);
+      }
+    }
+  }
+  TORCH_CHECK(!files.empty(), "no Hugging Face model at '", dir, "': no .safetensors file and no ",
+              kIndexFile);
+  return {files.begin(), files.end()};
+}
+
+detail::SafetensorsHeader read_header(const detail::InputFile& file) {
+  uint8_t size_bytes[8];
+  TORCH_CHECK(file.size() >= 8, "'", file.name(), "' is too short for a safetensors file (",
+              file.size(), " bytes)");
+  file.read(0, size_bytes, 8);
+  uint64_t n = 0;
+  for (int k = 7; k >= 0; --k) n = (n << 8) | size_bytes[k];
+  TORCH_CHECK(n <= detail::kMaxSafetensorsHeaderBytes && n <= file.size() - 8, "'", file.name(),
+              "': a safetensors header of ", n, " bytes (the file has ", file.size(), ")");
+  std::string json(n, '\0');
+  file.read(8, json.data(), n);
+  return detail::parse_safetensors_header(json, file.size(), "'" + file.name() + "'");
+}
+
+}  // namespace
+
+HuggingFaceStorageReader::HuggingFaceStorageReader(std::string path,
+                                                   HuggingFaceStorageReaderOptions options)
+    : path_(std::move(path)), options_(options) {}
+
+void HuggingFaceStorageReader::reset(const std::optional<std::string>& checkpoint_id) {
+  if (checkpoint_id) path_ = *checkpoint_id;
+  metadata_.reset();
+}
+
+Metadata HuggingFaceStorageReader::read_metadata() {
+  TORCH_CHECK(!path_.empty(), "HuggingFaceStorageReader: no model path (pass a checkpoint_id)");
+  Metadata md;
+  std::map<std::string, std::string> file_of;  // tensor -> file, to name duplicates
+  for (const std::string& name : model_files(path_)) {
+    const detail::PosixInputFile file(path_, name);
+    for (const auto& t : read_header(file).tensors) {
+      auto [it, inserted] = file_of.emplace(t.name, name);
+      TORCH_CHECK(inserted, "tensor '", t.name, "' is in both '", it->second, "' and '", name,
+                  "'");
+      TensorStorageMetadata tensor;
+      tensor.properties.dtype = t.dtype;
+      tensor.size = t.shape;
+      const std::vector<int64_t> zeros(t.shape.size(), 0);
+      tensor.chunks.push_back(ChunkStorageMetadata{zeros, t.shape});
+      md.state_dict_metadata.emplace(t.name, std::move(tensor));
+      md.storage_data.emplace(MetadataIndex(t.name, zeros, 0),
+                              StorageInfo{name, static_cast<int64_t>(t.offset),
+                                          static_cast<int64_t>(t.length), {}});
+    }
+  }
+  return md;
+}
+
+void HuggingFaceStorageReader::set_up_storage_reader(const Metadata& metadata, bool, int) {
+  metadata_ = metadata;
+}
+
+LoadPlan HuggingFaceStorageReader::prepare_local_plan(LoadPlan plan) { return plan; }
+
+std::vector<LoadPlan> HuggingFaceStorageReader::prepare_global_plan(std::vector<LoadPlan> plans) {
+  return plans;
+}
+
+// Each read's box is a row-major range of its tensor's raw bytes: only the bytes between the
+// box's first and last element are read, then copied into the destination.
+std::future<void> HuggingFaceStorageReader::read_data(const LoadPlan& plan, LoadPlanner& planner) {
+  std::promise<void> promise;
+  try {
+    TORCH_CHECK(metadata_.has_value(), "read_data before set_up_storage_reader");
+    const Metadata& md = *metadata_;
+    std::mutex files_mu;
+    std::map<std::string, std::shared_ptr<const detail::InputFile>> files;  // guarded by files_mu
+    auto file = [&](const std::string& relative) {
+      std::lock_guard<std::mutex> lock(files_mu);
+      auto it = files.find(relative);
+      if (it == files.end()) {
+        it = files.emplace(relative, std::make_shared<detail::PosixInputFile>(path_, relative))
+                 .first;
+      }
+      return it->second;
+    };
+    detail::run_parallel(plan.items.size(), options_.thread_count, [&](size_t i) {
+      const ReadItem& item = plan.items[i];
+      auto info_it = md.storage_data.find(item.storage_index);
+      detail::with_context(
+          [&] {
+            TORCH_CHECK(item.type == LoadItemType::TENSOR,
+                        "a Hugging Face model holds only tensors");
+            TORCH_CHECK(info_it != md.storage_data.end(), "no storage entry for the chunk");
+            const StorageInfo& info = info_it->second;
+            const auto& tensor =
+                std::get<TensorStorageMetadata>(md.state_dict_metadata.at(item.storage_index.fqn));
+            std::vector<int64_t> strides(tensor.size.size(), 1);
+            for (size_t d = tensor.size.size(); d-- > 1;) {
+              strides[d - 1] = strides[d] * tensor.size[d];
+            }
+            at::Tensor dest = planner.resolve_tensor(item);
+            TORCH_CHECK(dest.sizes() == c10::IntArrayRef(item.lengths), "destination box ",
+                        dest.sizes(), " does not match the read box ",
+                        c10::IntArrayRef(item.lengths));
+            const auto extent = detail::box_extent(item.storage_offsets, item.lengths, strides);
+            if (extent) {
+              const int64_t itemsize = static_cast<int64_t>(c10::elementSize(tensor.properties.dtype));
+              const int64_t count = extent->second - extent->first + 1;
+              const uint64_t begin = static_cast<uint64_t>(extent->first * itemsize);
+              const uint64_t nbytes = static_cast<uint64_t>(count * itemsize);
+              TORCH_CHECK(begin + nbytes <= static_cast<uint64_t>(info.length),
+                          "the read box leaves the tensor's bytes");
+              at::Tensor span =
+                  at::empty({count}, at::TensorOptions().dtype(tensor.properties.dtype));
+              file(info.relative_path)
+                  ->read(static_cast<uint64_t>(info.offset) + begin, span.data_ptr(), nbytes);
+              dest.copy_(span.as_strided(item.lengths, strides, 0));
+            }
+            planner.commit_tensor(item, dest);
+          },
+          [&] {
+            return c10::str("reading '", item.storage_index.fqn, "' from Hugging Face model '",
+                            path_, "'",
+                            info_it == md.storage_data.end()
+                                ? std::string()
+                                : c10::str(" file '", info_it->second.relative_path, "'"));
+          });
+    });
+    promise.set_value();
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+  return promise.get_future();
+}
+
+}  // namespace dcp
