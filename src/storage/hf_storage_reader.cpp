@@ -81,23 +81,68 @@ void HuggingFaceStorageReader::reset(const std::optional<std::string>& checkpoin
   metadata_.reset();
 }
 
+namespace {
+
+// Python's HuggingFaceStorageWriter(save_distributed=True) writes each rank's chunks to its own
+// files and records, in the header's __metadata__["DCP_SHARDING_INFO"] (JSON), each tensor's
+// {"saved_offsets": [...]}: a tensor is then the union of its chunks over the files, its size the
+// largest extent, as Python's reader builds it.
+std::map<std::string, std::vector<int64_t>> saved_offsets(const detail::SafetensorsHeader& header,
+                                                          const std::string& file) {
+  std::map<std::string, std::vector<int64_t>> out;
+  auto it = header.metadata.find("DCP_SHARDING_INFO");
+  if (it == header.metadata.end()) return out;
+  const nlohmann::json info = nlohmann::json::parse(it->second, nullptr, false);
+  TORCH_CHECK(!info.is_discarded() && info.is_object(), "'", file,
+              "': DCP_SHARDING_INFO is not a JSON object");
+  for (auto e = info.begin(); e != info.end(); ++e) {
+    const auto& v = e.value();
+    TORCH_CHECK(v.is_object() && v.contains("saved_offsets") && v["saved_offsets"].is_array(),
+                "'", file, "': DCP_SHARDING_INFO['", e.key(), "'] has no saved_offsets list");
+    std::vector<int64_t> offsets;
+    for (const auto& o : v["saved_offsets"]) {
+      TORCH_CHECK(o.is_number_unsigned() && o.get<uint64_t>() <= uint64_t{INT64_MAX} / 2, "'",
+                  file, "': DCP_SHARDING_INFO['", e.key(), "'] has a bad offset");
+      offsets.push_back(static_cast<int64_t>(o.get<uint64_t>()));
+    }
+    out.emplace(e.key(), std::move(offsets));
+  }
+  return out;
+}
+
+}  // namespace
+
 Metadata HuggingFaceStorageReader::read_metadata() {
   TORCH_CHECK(!path_.empty(), "HuggingFaceStorageReader: no model path (pass a checkpoint_id)");
   Metadata md;
-  std::map<std::string, std::string> file_of;  // tensor -> file, to name duplicates
+  std::map<MetadataIndex, std::string> file_of;  // chunk -> file, to name duplicates
   for (const std::string& name : model_files(path_)) {
     const detail::PosixInputFile file(path_, name);
-    for (const auto& t : read_header(file).tensors) {
-      auto [it, inserted] = file_of.emplace(t.name, name);
-      TORCH_CHECK(inserted, "tensor '", t.name, "' is in both '", it->second, "' and '", name,
-                  "'");
-      TensorStorageMetadata tensor;
-      tensor.properties.dtype = t.dtype;
-      tensor.size = t.shape;
-      const std::vector<int64_t> zeros(t.shape.size(), 0);
-      tensor.chunks.push_back(ChunkStorageMetadata{zeros, t.shape});
-      md.state_dict_metadata.emplace(t.name, std::move(tensor));
-      md.storage_data.emplace(MetadataIndex(t.name, zeros, 0),
+    const detail::SafetensorsHeader header = read_header(file);
+    const auto offsets_of = saved_offsets(header, name);
+    for (const auto& t : header.tensors) {
+      std::vector<int64_t> offsets(t.shape.size(), 0);
+      if (auto it = offsets_of.find(t.name); it != offsets_of.end()) offsets = it->second;
+      TORCH_CHECK(offsets.size() == t.shape.size(), "'", name, "': tensor '", t.name, "' has ",
+                  t.shape.size(), " dimensions but ", offsets.size(), " saved offsets");
+      const MetadataIndex index(t.name, offsets);
+      auto [where, inserted] = file_of.emplace(index, name);
+      TORCH_CHECK(inserted, "tensor '", t.name, "' at ", c10::IntArrayRef(offsets),
+                  " is in both '", where->second, "' and '", name, "'");
+      auto [entry, fresh] = md.state_dict_metadata.emplace(t.name, TensorStorageMetadata{});
+      auto& tensor = std::get<TensorStorageMetadata>(entry->second);
+      if (fresh) {
+        tensor.properties.dtype = t.dtype;
+        tensor.size.assign(t.shape.size(), 0);
+      }
+      TORCH_CHECK(tensor.properties.dtype == t.dtype && tensor.size.size() == t.shape.size(),
+                  "'", name, "': chunk of tensor '", t.name, "' has another dtype or rank than "
+                  "its other chunks");
+      for (size_t d = 0; d < t.shape.size(); ++d) {
+        tensor.size[d] = std::max(tensor.size[d], offsets[d] + t.shape[d]);
+      }
+      tensor.chunks.push_back(ChunkStorageMetadata{offsets, t.shape});
+      md.storage_data.emplace(MetadataIndex(t.name, offsets, static_cast<int64_t>(tensor.chunks.size() - 1)),
                               StorageInfo{name, static_cast<int64_t>(t.offset),
                                           static_cast<int64_t>(t.length), {}});
     }
@@ -144,9 +189,14 @@ std::future<void> HuggingFaceStorageReader::read_data(const LoadPlan& plan, Load
             const StorageInfo& info = info_it->second;
             const auto& tensor =
                 std::get<TensorStorageMetadata>(md.state_dict_metadata.at(item.storage_index.fqn));
-            std::vector<int64_t> strides(tensor.size.size(), 1);
-            for (size_t d = tensor.size.size(); d-- > 1;) {
-              strides[d - 1] = strides[d] * tensor.size[d];
+            const ChunkStorageMetadata* chunk = nullptr;  // the stored chunk (row-major)
+            for (const auto& c : tensor.chunks) {
+              if (item.storage_index.offset && c.offsets == *item.storage_index.offset) chunk = &c;
+            }
+            TORCH_CHECK(chunk != nullptr, "no stored chunk at the read's offsets");
+            std::vector<int64_t> strides(chunk->sizes.size(), 1);
+            for (size_t d = chunk->sizes.size(); d-- > 1;) {
+              strides[d - 1] = strides[d] * chunk->sizes[d];
             }
             at::Tensor dest = planner.resolve_tensor(item);
             TORCH_CHECK(dest.sizes() == c10::IntArrayRef(item.lengths), "destination box ",

@@ -9,7 +9,9 @@ bit. Hostile headers are refused with the file named.
 Environment: DCP_INTEROP_TOOL (tests/interop/interop_tool.cpp).
 """
 import json
+import multiprocessing as mp
 import os
+import socket
 import struct
 import subprocess
 import tempfile
@@ -34,6 +36,29 @@ def model_tensors():
         "model.scale": torch.tensor(2.5),
         "model.empty": torch.zeros(0, 4),
     }
+
+
+def _distributed_writer(rank, world, port, path, errors):
+    import warnings
+
+    import torch.distributed as dist
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    warnings.filterwarnings("ignore")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        state = {k: distribute_tensor(v, mesh, [Shard(0)]) if v.dim() else v
+                 for k, v in model_tensors().items() if v.numel()}
+        dcp.save(state, storage_writer=HuggingFaceStorageWriter(path, save_distributed=True))
+        dist.barrier()
+    except Exception as e:
+        errors.put(f"rank {rank}: {type(e).__name__}: {e}")
+    finally:
+        dist.destroy_process_group()
 
 
 def run(*args):
@@ -76,6 +101,26 @@ class SafetensorsModels(unittest.TestCase):
                 json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
             with open(os.path.join(d, "unrelated.safetensors"), "wb") as f:
                 f.write(b"not read: the index names the files")
+            self.check_loads(d, tensors)
+
+    def test_python_hf_writer_save_distributed_chunks_reassemble(self):
+        """Python's HuggingFaceStorageWriter(save_distributed=True) on 2 processes: each rank's
+        row chunks in its own files, offsets in DCP_SHARDING_INFO."""
+        tensors = {k: v for k, v in model_tensors().items() if v.numel()}
+        with tempfile.TemporaryDirectory() as d:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            ctx = mp.get_context("spawn")
+            errors = ctx.Queue()
+            procs = [ctx.Process(target=_distributed_writer, args=(r, 2, port, d, errors))
+                     for r in range(2)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join(300)
+            self.assertTrue(errors.empty(), errors.get() if not errors.empty() else "")
+            self.assertGreaterEqual(len([n for n in os.listdir(d) if n.endswith(".safetensors")]), 2)
             self.check_loads(d, tensors)
 
     def test_hostile_headers_are_refused_naming_the_file(self):
