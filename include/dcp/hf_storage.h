@@ -1,4 +1,5 @@
-// HuggingFaceStorageReader: loads a Hugging Face model directory (model.safetensors, or
+// HuggingFaceStorageReader and HuggingFaceStorageWriter: Hugging Face safetensors models as
+// checkpoints, as Python's hf_storage.py. The reader loads a Hugging Face model directory (model.safetensors, or
 // model-0000k-of-0000n.safetensors with model.safetensors.index.json) with dcp::load, into a
 // state of any layout at any world size, as Python's HuggingFaceStorageReader does. Every rank
 // reads only the byte ranges its destination needs (safetensors data is raw and row-major), so
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <future>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +48,46 @@ class HuggingFaceStorageReader : public StorageReader {
   std::string path_;
   HuggingFaceStorageReaderOptions options_;
   std::optional<Metadata> metadata_;
+};
+
+struct HuggingFaceStorageWriterOptions {
+  /// Tensor FQN -> file index 1..N: the tensor goes to model-0000k-of-0000N.safetensors. Empty:
+  /// every tensor in model-00001-of-00001.safetensors. A tensor missing from a non-empty
+  /// mapping is an error.
+  std::map<std::string, int> fqn_to_index_mapping;
+  /// Python's save_distributed: every rank writes its own chunks, to
+  /// shard-0000r-model-0000k-of-0000N.safetensors (r = rank + 1), with each chunk's offsets in
+  /// the header's __metadata__["DCP_SHARDING_INFO"]; no index file is written. false: one set
+  /// of whole tensors, from one rank (a save on one rank or with no_dist), plus
+  /// model.safetensors.index.json.
+  bool save_distributed = false;
+  /// fsync every file before the save returns.
+  bool sync_files = true;
+};
+
+/// Writes a Hugging Face model directory with dcp::save. Tensors only: a non-tensor value is
+/// an error naming its key. Files load with the safetensors package and Python's
+/// HuggingFaceStorageReader (and dcp's). Not atomic like FileSystemWriter's commit: the files
+/// appear as they are written.
+class HuggingFaceStorageWriter : public StorageWriter {
+ public:
+  explicit HuggingFaceStorageWriter(std::string path = "",
+                                    HuggingFaceStorageWriterOptions options = {});
+
+  // StorageWriter:
+  void reset(const std::optional<std::string>& checkpoint_id) override;
+  void set_up_storage_writer(bool is_coordinator, int rank) override;
+  SavePlan prepare_local_plan(SavePlan plan) override;
+  std::vector<SavePlan> prepare_global_plan(std::vector<SavePlan> plans) override;
+  std::future<std::vector<WriteResult>> write_data(const SavePlan& plan,
+                                                   SavePlanner& planner) override;
+  void finish(const Metadata& metadata,
+              const std::vector<std::vector<WriteResult>>& results) override;
+
+ private:
+  std::string path_;
+  HuggingFaceStorageWriterOptions options_;
+  int rank_ = 0;
 };
 
 }  // namespace dcp

@@ -40,6 +40,25 @@ std::string safetensors_dtype_name(c10::ScalarType dtype) {
   TORCH_CHECK(false, "safetensors has no dtype for ", dtype);
 }
 
+std::string encode_safetensors_header(const std::vector<SafetensorsTensor>& tensors,
+                                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json doc = nlohmann::ordered_json::object();
+  if (!metadata.empty()) doc["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    doc[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)},
+                   {"shape", t.shape},
+                   {"data_offsets", {offset, offset + t.length}}};
+    offset += t.length;
+  }
+  std::string json = doc.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t n = json.size();
+  for (int k = 0; k < 8; ++k, n >>= 8) out[k] = static_cast<char>(n & 0xff);
+  return out + json;
+}
+
 SafetensorsHeader parse_safetensors_header(const std::string& json, uint64_t file_size,
                                            const std::string& where) {
   TORCH_CHECK(json.size() <= kMaxSafetensorsHeaderBytes, where, ": a safetensors header of ",

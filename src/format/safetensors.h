@@ -37,6 +37,12 @@ struct SafetensorsHeader {
 SafetensorsHeader parse_safetensors_header(const std::string& json, uint64_t file_size,
                                            const std::string& where);
 
+/// The first bytes of a safetensors file holding `tensors` in order (their `offset` fields are
+/// ignored: the data follows the header back to back, in that order): the 8-byte length and the
+/// JSON header, padded with spaces to a multiple of 8 bytes as the safetensors library does.
+std::string encode_safetensors_header(const std::vector<SafetensorsTensor>& tensors,
+                                      const std::map<std::string, std::string>& metadata);
+
 /// "F32" <-> Float, "BF16" <-> BFloat16, ...; throws for a name or dtype safetensors lacks.
 c10::ScalarType safetensors_dtype(const std::string& name, const std::string& where);
 std::string safetensors_dtype_name(c10::ScalarType dtype);

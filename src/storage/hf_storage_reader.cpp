@@ -20,12 +20,11 @@
 namespace dcp {
 namespace {
 
-constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr uint64_t kMaxIndexBytes = 64 << 20;
 
 // The safetensors files of a model directory: those the index names, or every *.safetensors.
 std::vector<std::string> model_files(const std::string& dir) {
-  const std::string index = detail::join_path(dir, kIndexFile);
+  const std::string index = detail::join_path(dir, detail::paths::hf_index_file());
   std::set<std::string> files;
   if (detail::path_exists(index)) {
     const nlohmann::json doc =
@@ -52,7 +51,7 @@ std::vector<std::string> model_files(const std::string& dir) {
     }
   }
   TORCH_CHECK(!files.empty(), "no Hugging Face model at '", dir, "': no .safetensors file and no ",
-              kIndexFile);
+              detail::paths::hf_index_file());
   return {files.begin(), files.end()};
 }
 

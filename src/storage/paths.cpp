@@ -46,6 +46,20 @@ std::optional<int> parse_rank_metadata_file(const std::string& name) {
   return std::stoi(digits);
 }
 
+namespace {
+std::string five_digits(int n) {
+  std::string s = std::to_string(n);
+  return s.size() >= 5 ? s : std::string(5 - s.size(), '0') + s;
+}
+}  // namespace
+
+std::string hf_model_file(int index, int count, std::optional<int> shard) {
+  const std::string model = "model-" + five_digits(index) + "-of-" + five_digits(count);
+  return (shard ? "shard-" + five_digits(*shard) + "-" + model : model) + ".safetensors";
+}
+
+std::string hf_index_file() { return "model.safetensors.index.json"; }
+
 std::string step_directory(int64_t step) { return "step_" + std::to_string(step); }
 
 std::optional<int64_t> parse_step_directory(const std::string& name) {

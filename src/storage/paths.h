@@ -36,6 +36,11 @@ std::string data_file(const std::string& prefix, int index);
 std::string probe_file(const std::string& save_id);
 /// Whether `name` is a data file name ("__*_*.distcp").
 bool is_data_file(const std::string& name);
+/// A Hugging Face model file: "model-{index:05}-of-{count:05}.safetensors", or with a shard
+/// (save_distributed) "shard-{shard:05}-model-{index:05}-of-{count:05}.safetensors".
+std::string hf_model_file(int index, int count, std::optional<int> shard = std::nullopt);
+/// The index of a sharded Hugging Face model: "model.safetensors.index.json".
+std::string hf_index_file();
 /// A CheckpointManager's directory of one step under its root: "step_{step}".
 std::string step_directory(int64_t step);
 /// The step of a "step_{N}" name (N decimal, >= 0, no sign or leading zeros); nullopt otherwise.

@@ -3,6 +3,9 @@
 //       saves testing::reference_state_dict() with dcp::save
 //   interop_tool save-replicated <dir>
 //       4 in-process ranks save the same small state (placement of replicated items)
+//   interop_tool save-hf <dir> <world> [distributed]
+//       saves four tensors with HuggingFaceStorageWriter on <world> in-process ranks (two files
+//       by fqn_to_index_mapping; distributed: row shards, save_distributed)
 //   interop_tool hf-to-dcp <hf dir> <world> <out dir>
 //       loads a Hugging Face safetensors model on <world> in-process ranks (row shards) with
 //       HuggingFaceStorageReader and saves it as a DCP checkpoint
@@ -13,6 +16,7 @@
 //       compares every value bit for bit; exits 1 naming the first difference
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <stdexcept>
 
 #include "dcp/dcp.h"
@@ -58,6 +62,38 @@ int main(int argc, char** argv) {
         dcp::SaveOptions options;
         options.comm = &comm;
         dcp::save(state, dir, options);
+      });
+      std::cout << "saved " << dir << "\n";
+      return 0;
+    }
+    if (command == "save-hf") {  // save-hf <dir> <world> [distributed]
+      if (argc < 4) throw std::invalid_argument("usage: interop_tool save-hf <dir> <world> [distributed]");
+      const int world = std::atoi(argv[3]);
+      const bool distributed = argc > 4 && std::string(argv[4]) == "distributed";
+      dcp::run_in_process(world, [&](dcp::Communicator& comm) {
+        using dcp::testing::make_tensor;
+        const std::map<std::string, at::Tensor> full{
+            {"model.embed.weight", make_tensor(at::kFloat, {10, 6}, 1)},
+            {"model.proj.weight", make_tensor(at::kBFloat16, {17, 5}, 2)},
+            {"model.ids", make_tensor(at::kLong, {3, 4}, 3)},
+            {"model.scale", make_tensor(at::kFloat, {}, 4)}};
+        dcp::StateDict state;
+        for (const auto& [name, t] : full) {
+          if (distributed && t.dim() > 0) {
+            state[name] = dcp::distribute_tensor(t, {comm.size()}, comm.rank(),
+                                                 {dcp::Placement::Shard(0)});
+          } else {
+            state[name] = t;
+          }
+        }
+        dcp::HuggingFaceStorageWriterOptions options;
+        options.save_distributed = distributed;
+        options.fqn_to_index_mapping = {{"model.embed.weight", 1}, {"model.proj.weight", 2},
+                                        {"model.ids", 2}, {"model.scale", 1}};
+        dcp::HuggingFaceStorageWriter writer(dir, options);
+        dcp::SaveOptions save_options;
+        save_options.comm = &comm;
+        dcp::save(state, writer, save_options);
       });
       std::cout << "saved " << dir << "\n";
       return 0;

@@ -19,7 +19,10 @@ import unittest
 
 import torch
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+from values import make_tensor
 
 TOOL = os.environ.get("DCP_INTEROP_TOOL", "")
 
@@ -153,6 +156,65 @@ class SafetensorsModels(unittest.TestCase):
                 f.write(struct.pack("<Q", 1 << 40) + b"{}")
             proc = run("hf-to-dcp", d, "1", out)
             self.assertIn("a safetensors header of 1099511627776 bytes", proc.stderr)
+
+
+def cpp_hf_tensors():
+    """What `interop_tool save-hf` writes."""
+    return {"model.embed.weight": make_tensor(torch.float32, (10, 6), 1),
+            "model.proj.weight": make_tensor(torch.bfloat16, (17, 5), 2),
+            "model.ids": make_tensor(torch.int64, (3, 4), 3),
+            "model.scale": make_tensor(torch.float32, (), 4)}
+
+
+class CppWritesSafetensors(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(TOOL, "DCP_INTEROP_TOOL is not set")
+
+    def python_reader_loads(self, d, expected):
+        loaded = {k: torch.zeros_like(v) for k, v in expected.items()}
+        dcp.load(loaded, storage_reader=HuggingFaceStorageReader(d), no_dist=True)
+        for k, v in expected.items():
+            self.assertTrue(torch.equal(loaded[k], v), k)
+
+    def test_one_rank_writes_a_model_the_safetensors_package_and_python_read(self):
+        expected = cpp_hf_tensors()
+        with tempfile.TemporaryDirectory() as d:
+            proc = run("save-hf", d, "1")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(os.path.join(d, "model.safetensors.index.json")) as f:
+                index = json.load(f)
+            self.assertEqual(index["weight_map"], {
+                "model.embed.weight": "model-00001-of-00002.safetensors",
+                "model.scale": "model-00001-of-00002.safetensors",
+                "model.proj.weight": "model-00002-of-00002.safetensors",
+                "model.ids": "model-00002-of-00002.safetensors"})
+            got = {}
+            for name in set(index["weight_map"].values()):
+                got.update(load_file(os.path.join(d, name)))
+            self.assertEqual(sorted(got), sorted(expected))
+            for k, v in expected.items():
+                self.assertEqual(got[k].dtype, v.dtype, k)
+                self.assertTrue(torch.equal(got[k], v), k)
+            self.python_reader_loads(d, expected)
+            with tempfile.TemporaryDirectory() as out:  # and dcp's own reader, on 3 ranks
+                proc = run("hf-to-dcp", d, "3", out)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    def test_three_ranks_save_distributed_chunks_python_reassembles(self):
+        expected = cpp_hf_tensors()
+        with tempfile.TemporaryDirectory() as d:
+            proc = run("save-hf", d, "3", "distributed")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            names = sorted(n for n in os.listdir(d) if n.endswith(".safetensors"))
+            self.assertIn("shard-00001-model-00001-of-00002.safetensors", names)
+            self.assertNotIn("model.safetensors.index.json", os.listdir(d))
+            self.python_reader_loads(d, expected)
+
+    def test_errors(self):
+        with tempfile.TemporaryDirectory() as d:  # 3 ranks writing whole tensors would collide
+            proc = run("save-hf", d, "3")
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn("without save_distributed they would write the same files", proc.stderr)
 
 
 if __name__ == "__main__":
