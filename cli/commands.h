@@ -22,7 +22,7 @@ int diff(const std::string& a, const std::string& b, const std::optional<std::st
 
 /// `dcp convert SRC DST`: a checkpoint directory to a torch.save file, or a torch.save file
 /// to a checkpoint directory (decided by what SRC is).
-int convert(const std::string& source, const std::string& destination);
+int convert(const std::string& source, const std::string& destination, const std::string& to);
 
 /// Whether `key` matches the shell-style `glob` (fnmatch; '*' also matches '.').
 bool key_matches(const std::string& glob, const std::string& key);

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("dcp ") + dcp::kVersion);
   app.require_subcommand(1);
 
-  std::string checkpoint, a, b, source, destination;
+  std::string checkpoint, a, b, source, destination, to;
   std::optional<std::string> keys;
   bool json = false;
   int threads = 4;
@@ -53,9 +53,14 @@ int main(int argc, char** argv) {
   diff->add_flag("--json", json, "print JSON");
 
   CLI::App* convert = app.add_subcommand(
-      "convert", "a checkpoint directory to one torch.save file, or the other way round");
-  convert->add_option("SRC", source, "checkpoint directory or torch.save file")->required();
-  convert->add_option("DST", destination, "torch.save file or checkpoint directory")->required();
+      "convert", "a checkpoint directory to one torch.save file or a Hugging Face safetensors "
+                 "model, or the other way round");
+  convert->add_option("SRC", source, "checkpoint directory, torch.save file or Hugging Face "
+                                     "model directory")->required();
+  convert->add_option("DST", destination, "what to write")->required();
+  convert->add_option("--to", to, "torch (a checkpoint's default), dcp (a file's or a Hugging "
+                                  "Face model's) or safetensors")
+      ->check(CLI::IsMember({"torch", "dcp", "safetensors"}));
 
   try {
     app.parse(argc, argv);
@@ -66,7 +71,7 @@ int main(int argc, char** argv) {
     if (*inspect) return dcp::cli::inspect(checkpoint, json, keys);
     if (*verify) return dcp::cli::verify(checkpoint, threads, json);
     if (*diff) return dcp::cli::diff(a, b, keys, json);
-    if (*convert) return dcp::cli::convert(source, destination);
+    if (*convert) return dcp::cli::convert(source, destination, to);
   } catch (const c10::Error& e) {
     std::cerr << "dcp: error: " << one_line(e.what_without_backtrace()) << "\n";
     return 2;

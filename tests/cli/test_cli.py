@@ -201,6 +201,27 @@ class Convert(Checkpoints):
             dcp.load(loaded, checkpoint_id=ckpt, no_dist=True)
             self.assertTrue(same(loaded, reference_without_empty()))
 
+    def test_checkpoint_to_safetensors_and_back(self):
+        from safetensors.torch import load_file
+        with tempfile.TemporaryDirectory() as d:
+            torch.manual_seed(0)
+            state = {"model": {"w": torch.randn(5, 3), "b": torch.randn(3).bfloat16()},
+                     "step": 7}
+            ckpt, hf, back = (os.path.join(d, n) for n in ("ckpt", "hf", "back"))
+            dcp.save(state, checkpoint_id=ckpt, no_dist=True)
+            out = run("convert", ckpt, hf, "--to", "safetensors").stdout
+            self.assertIn("left out 1 non-tensor value(s), which safetensors cannot hold: step",
+                          out)
+            got = load_file(os.path.join(hf, "model-00001-of-00001.safetensors"))
+            self.assertEqual(sorted(got), ["model.b", "model.w"])
+            self.assertTrue(same(got["model.w"], state["model"]["w"]))
+            self.assertTrue(same(got["model.b"], state["model"]["b"]))
+            run("convert", hf, back, "--to", "dcp")
+            loaded = {"model.w": torch.zeros(5, 3), "model.b": torch.zeros(3).bfloat16()}
+            dcp.load(loaded, checkpoint_id=back, no_dist=True)
+            self.assertTrue(same(loaded["model.w"], state["model"]["w"]))
+            self.assertTrue(same(loaded["model.b"], state["model"]["b"]))
+
     def test_a_module_state_dict_round_trips(self):
         # What people torch.save: an OrderedDict with _metadata, an optimizer's state dict.
         with tempfile.TemporaryDirectory() as d:
