@@ -90,6 +90,15 @@ class SafetensorsModels(unittest.TestCase):
             save_file(tensors, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
             self.check_loads(d, tensors)
 
+    def test_a_transformer_saved_by_python(self):
+        torch.manual_seed(0)
+        model = torch.nn.Transformer(d_model=64, nhead=4, num_encoder_layers=2,
+                                     num_decoder_layers=2, dim_feedforward=128)
+        tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+        with tempfile.TemporaryDirectory() as d:
+            save_file(tensors, os.path.join(d, "model.safetensors"))
+            self.check_loads(d, tensors)
+
     def test_sharded_model_with_index(self):
         tensors = model_tensors()
         names = sorted(tensors)
