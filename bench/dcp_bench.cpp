@@ -6,7 +6,8 @@
 // a 5th, for A/B runs, turns off one fast path: "buffered" O_DIRECT writes
 // (FileSystemWriterOptions::direct_io), "noprefetch" read hints
 // (FileSystemReaderOptions::prefetch_bytes = 0), "nocrc" CRC-32 checks on load
-// (FileSystemReaderOptions::verify_crc32 = false).
+// (FileSystemReaderOptions::verify_crc32 = false); and "zstd" saves compressed items
+// (Compression::kZstd; loads need no flag).
 // Before a load every rank evicts the checkpoint's files from the page cache
 // (posix_fadvise DONTNEED), so reads come from the disk. Rank 0 prints one line:
 //   RESULT op=<save|load> ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
@@ -74,7 +75,8 @@ int main(int argc, char** argv) {
     const int64_t mib = std::stoll(argv[3]);
     const int threads = argc > 4 ? std::stoi(argv[4]) : 1;  // IO threads per rank
     const std::string off = argc > 5 ? argv[5] : "";
-    if (!off.empty() && off != "buffered" && off != "noprefetch" && off != "nocrc") {
+    if (!off.empty() && off != "buffered" && off != "noprefetch" && off != "nocrc" &&
+        off != "zstd") {
       std::fprintf(stderr, "dcp_bench: unknown 5th argument '%s'\n", off.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
         dcp::FileSystemWriterOptions wo;
         wo.thread_count = threads;
         wo.direct_io = off != "buffered";
+        if (off == "zstd") wo.compression = dcp::Compression::kZstd;
         dcp::FileSystemWriter writer(dir, wo);
         dcp::save(state, writer, o);
       } else {
