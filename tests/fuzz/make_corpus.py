@@ -4,6 +4,8 @@ and one per item) and by dcp (interop_tool). Writes
   corpus/metadata/<writer>.metadata          the '.metadata' files
   corpus/record/<writer>_<n>                 each record's bytes, cut out with storage_data
   corpus/record_pickle/<writer>_<n>.pkl      each record's data.pkl
+  corpus/safetensors/<name>.safetensors      files of the safetensors package and of dcp's
+                                             HuggingFaceStorageWriter
 Records are deduplicated by content; those over 16 KiB, and all past the first 40 of a
 writer, are left out (the per-item layout gives its .metadata only).
 
@@ -20,6 +22,7 @@ import tempfile
 import warnings
 import zipfile
 
+import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
@@ -79,6 +82,16 @@ def main():
         cc = os.path.join(d, "dcp")
         subprocess.run([tool, "save", cc], check=True, capture_output=True)
         harvest(cc, "dcp", out)
+        from safetensors.torch import save as save_safetensors
+        write(out, "safetensors", "two_tensors.safetensors", save_safetensors(
+            {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+             "b": torch.ones(2, dtype=torch.bfloat16)}, metadata={"format": "pt"}))
+        write(out, "safetensors", "odd_shapes.safetensors", save_safetensors(
+            {"s": torch.tensor(1.5), "e": torch.zeros(0, 3), "m": torch.tensor([True, False])}))
+        hf = os.path.join(d, "hf")
+        subprocess.run([tool, "save-hf", hf, "1"], check=True, capture_output=True)
+        with open(os.path.join(hf, "model-00002-of-00002.safetensors"), "rb") as f:
+            write(out, "safetensors", "dcp_writer.safetensors", f.read())
 
 
 if __name__ == "__main__":
