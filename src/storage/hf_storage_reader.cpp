@@ -14,6 +14,7 @@
 #include "storage/paths.h"
 #include "storage/posix_input_file.h"
 #include "storage/read_schedule.h"
+#include "util/checked.h"
 #include "util/error_context.h"
 #include "util/parallel.h"
 
@@ -138,7 +139,12 @@ Metadata HuggingFaceStorageReader::read_metadata() {
                   "'", name, "': chunk of tensor '", t.name, "' has another dtype or rank than "
                   "its other chunks");
       for (size_t d = 0; d < t.shape.size(); ++d) {
-        tensor.size[d] = std::max(tensor.size[d], offsets[d] + t.shape[d]);
+        // A zero-volume chunk may claim any shape: its extent is checked, not assumed.
+        const std::optional<int64_t> end = detail::checked_add(offsets[d], t.shape[d]);
+        TORCH_CHECK(end.has_value(), "'", name, "': tensor '", t.name, "' at saved offset ",
+                    offsets[d], " with size ", t.shape[d], " in dimension ", d,
+                    " ends past 2^63");
+        tensor.size[d] = std::max(tensor.size[d], *end);
       }
       tensor.chunks.push_back(ChunkStorageMetadata{offsets, t.shape});
       md.storage_data.emplace(MetadataIndex(t.name, offsets, static_cast<int64_t>(tensor.chunks.size() - 1)),

@@ -151,6 +151,12 @@ class SafetensorsModels(unittest.TestCase):
                                b"\0" * 8, "needs 12 bytes"),
             "dtype": ({"w": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}},
                       b"\0" * 8, "unknown safetensors dtype 'F33'"),
+            # an empty chunk may claim any shape; its saved offset must not overflow the extent
+            "extent_overflow": ({"__metadata__": {"DCP_SHARDING_INFO": json.dumps(
+                                    {"w": {"saved_offsets": [2**62 - 1, 0]}})},
+                                 "w": {"dtype": "F32", "shape": [2**63 - 1, 0],
+                                       "data_offsets": [0, 0]}},
+                                b"", "ends past 2^63"),
         }
         for name, (header, data, message) in cases.items():
             with self.subTest(case=name), tempfile.TemporaryDirectory() as d, \
