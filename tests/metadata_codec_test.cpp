@@ -60,6 +60,10 @@ TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(back.storage_data.count(MetadataIndex("step")), 1u);
   EXPECT_EQ(back.storage_data.count(MetadataIndex("scalar", std::vector<int64_t>{})), 1u);
   EXPECT_EQ(back.storage_data.count(MetadataIndex("scalar")), 0u);
+  // Keys keep their order ("w", "scalar", "step": not sorted), as a Python dict would.
+  std::vector<std::string> keys;
+  for (const auto& entry : back.state_dict_metadata) keys.push_back(entry.first);
+  EXPECT_EQ(keys, (std::vector<std::string>{"w", "scalar", "step"}));
 }
 
 TEST(MetadataCodecTest, RecurringNamesAndFilesRoundTripAndAreWrittenOnce) {

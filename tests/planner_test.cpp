@@ -140,6 +140,48 @@ TEST(GlobalPlanTest, ChunksInRankOrderWithIndexHints) {
   EXPECT_TRUE(std::holds_alternative<BytesStorageMetadata>(md.state_dict_metadata.at("step")));
 }
 
+TEST(GlobalPlanTest, KeysAreInPythonsOrderRankByRankAsFirstMet) {
+  // Python's create_default_global_save_plan fills a dict plan by plan, item by item.
+  std::vector<SavePlan> plans(2);
+  plans[0].items.push_back(tensor_item("z", {0}, {2}, {4}));
+  plans[0].items.push_back(bytes_item("step"));
+  plans[0].items.push_back(tensor_item("a", {0}, {3}, {3}));
+  plans[1].items.push_back(tensor_item("m", {0}, {1}, {1}));
+  plans[1].items.push_back(tensor_item("z", {2}, {2}, {4}));
+  plans[1].items.push_back(bytes_item("b"));
+  auto [final_plans, md] = detail::create_default_global_save_plan(plans);
+  std::vector<std::string> keys;
+  for (const auto& entry : md.state_dict_metadata) keys.push_back(entry.first);
+  EXPECT_EQ(keys, (std::vector<std::string>{"z", "step", "a", "m", "b"}));
+  EXPECT_EQ(std::get<TensorStorageMetadata>(md.state_dict_metadata.at("z")).chunks.size(), 2u);
+}
+
+TEST(OrderedMapTest, IteratesInInsertionOrderAndComparesLikeADict) {
+  OrderedMap<std::string, int> m;
+  EXPECT_TRUE(m.emplace("b", 1).second);
+  EXPECT_TRUE(m.emplace("a", 2).second);
+  EXPECT_FALSE(m.emplace("b", 3).second);  // present: unchanged, as std::map::emplace
+  const int* b = &m.at("b");
+  for (int i = 0; i < 1000; ++i) m["k" + std::to_string(i)] = i;
+  EXPECT_EQ(b, &m.at("b"));  // references stay valid as the map grows
+  EXPECT_EQ(m.at("b"), 1);
+  m.insert_or_assign("a", 5);
+  EXPECT_EQ(m.begin()->first, "b");
+  EXPECT_EQ(std::next(m.begin())->second, 5);
+  EXPECT_EQ(m.size(), 1002u);
+  EXPECT_EQ(m.find("zz"), m.end());
+  EXPECT_THROW(m.at("zz"), c10::Error);
+  OrderedMap<std::string, int> copy = m;
+  EXPECT_TRUE(copy == m);
+  EXPECT_EQ(copy.find("k7")->second, 7);
+  OrderedMap<std::string, int> x{{"a", 1}, {"b", 2}}, y{{"b", 2}, {"a", 1}}, z{{"a", 1}};
+  EXPECT_TRUE(x == y);   // order does not matter for equality
+  EXPECT_FALSE(x == z);
+  z = x;
+  EXPECT_TRUE(z == x);
+  EXPECT_EQ(z.count("b"), 1u);
+}
+
 TEST(GlobalPlanTest, OverlappingOutOfBoundsAndUncoveredChunksAreRejected) {
   expect_invalid(two_plans(tensor_item("w", {0}, {3}, {4}),
                            tensor_item("w", {2}, {2}, {4})),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dcp/object_path.h"
+#include "dcp/ordered_map.h"
 
 namespace dcp {
 
@@ -116,8 +117,10 @@ inline constexpr const char* kDcpVersion = "1.0.0";
 
 /// The contents of '.metadata'.
 struct Metadata {
-  /// Flat key -> tensor or bytes metadata.
-  std::map<std::string, StorageMetadata> state_dict_metadata;
+  /// Flat key -> tensor or bytes metadata, in Python's order: the order in which the global plan
+  /// first meets each key (rank 0's items first, in its state dict's order, then each later
+  /// rank's new keys), and for a loaded checkpoint the order of its '.metadata'.
+  OrderedMap<std::string, StorageMetadata> state_dict_metadata;
   /// The default planner's data: flat key -> original nested path. nullopt when the
   /// checkpoint's planner data is absent or not of that form.
   std::optional<std::map<std::string, ObjectPath>> planner_data;

@@ -263,8 +263,7 @@ class Decoder {
         for_each_entry(value, "state_dict_metadata", [&](ObjectPtr k, ObjectPtr v) {
           std::string fqn = as_str(k, "a state_dict_metadata key");
           StorageMetadata entry = storage_metadata(v, fqn);
-          md.state_dict_metadata.insert_or_assign(md.state_dict_metadata.end(), std::move(fqn),
-                                                  std::move(entry));
+          md.state_dict_metadata.insert_or_assign(std::move(fqn), std::move(entry));
         });
       } else if (field == "planner_data") {
         md.planner_data = planner_data(value);

@@ -74,7 +74,7 @@ void apply_key_mapping(Metadata& metadata, const KeyMapping& mapping) {
                       entry.first, "' (mapped to '", entry.second, "')");
   }
 
-  std::map<std::string, StorageMetadata> sdm;
+  decltype(metadata.state_dict_metadata) sdm;
   for (auto& [saved, md] : metadata.state_dict_metadata) sdm.emplace(renamed.at(saved), std::move(md));
   metadata.state_dict_metadata = std::move(sdm);
   std::map<MetadataIndex, StorageInfo> storage;
@@ -110,6 +110,7 @@ LoadResult compare_keys(const StateDict& state, const Metadata& metadata) {
     if (!requested.count(entry.first)) result.unexpected_keys.push_back(entry.first);
   }
   std::sort(result.missing_keys.begin(), result.missing_keys.end());
+  std::sort(result.unexpected_keys.begin(), result.unexpected_keys.end());
   return result;
 }
 

@@ -43,9 +43,10 @@ def run(*args, expect=0):
 
 
 def same(a, b):
-    """Equal values, dict order aside (the tool rebuilds dicts in the metadata's key order)."""
+    """Equal values, and dicts with their keys in the same order (the tool rebuilds dicts in the
+    metadata's key order, which is Python's)."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
