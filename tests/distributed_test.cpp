@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <set>
 
@@ -247,6 +248,124 @@ TEST(DistributedLoadTest, AMissingKeyOnOneRankRaisesOnAllRanks) {
     EXPECT_NE(m.find("failed on rank 1 of 2"), std::string::npos) << m;
     EXPECT_NE(m.find("'renamed'"), std::string::npos) << m;
   }
+}
+
+// Python's enable_plan_caching (Note [Plan caching]): repeated saves of an unchanged layout
+// reuse the coordinator's global plan and Metadata; a changed plan on one rank is re-planned;
+// the data is always the current step's.
+TEST(PlanCachingTest, RepeatedSavesReuseTheGlobalPlanAndChangesAreReplanned) {
+  testing::TempDir dir;
+  constexpr int kWorld = 3;
+  std::vector<std::shared_ptr<DefaultSavePlanner>> planners;
+  for (int r = 0; r < kWorld; ++r) {
+    DefaultSavePlannerOptions o;
+    o.enable_plan_caching = true;
+    planners.push_back(std::make_shared<DefaultSavePlanner>(o));
+  }
+  // Step `step` of a state whose values change every step; from step 3 rank 2 has an extra key.
+  auto state_at = [](int rank, int step) {
+    StateDict sd = testing::sharded_state(rank, kWorld, Layout::kRow, false);
+    sd["at_step"] = int64_t{step};
+    sd["w_step"] = torch::full({4, 3}, static_cast<float>(step));
+    if (step >= 3 && rank == 2) sd["extra_step"] = torch::arange(5) * step;
+    return sd;
+  };
+  // Saves make_state(rank) as checkpoint `id` on every rank, each with its planner; returns
+  // the coordinator's Metadata and each rank's error ("" when it succeeded).
+  auto save_all = [&](const std::string& id, const std::function<StateDict(int)>& make_state) {
+    Metadata md;
+    std::vector<std::string> errors(kWorld);
+    run_in_process(kWorld, [&](Communicator& comm) {
+      SaveOptions options;
+      options.comm = &comm;
+      options.planner = planners[comm.rank()];
+      try {
+        Metadata m = save(make_state(comm.rank()), id, options);
+        if (comm.rank() == 0) md = std::move(m);
+      } catch (const c10::Error& e) {
+        errors[comm.rank()] = e.what();
+      }
+    });
+    return std::make_pair(std::move(md), std::move(errors));
+  };
+  auto float64_w = [&](int rank) {
+    StateDict sd = state_at(rank, 4);
+    sd["w_step"] = torch::full({4, 3}, 4.0, torch::kFloat64);
+    return sd;
+  };
+  std::vector<Metadata> saved(5);
+  for (int step = 1; step <= 4; ++step) {
+    const std::string id = dir.sub("save" + std::to_string(step));
+    auto [md, errors] = save_all(id, [&](int rank) { return state_at(rank, step); });
+    for (const auto& e : errors) ASSERT_EQ(e, "");
+    saved[step] = std::move(md);
+    // Every step loads back as its own values, on another world size too.
+    for (int world : {kWorld, 2}) {
+      run_in_process(world, [&](Communicator& comm) {
+        StateDict dest = testing::sharded_state(comm.rank(), world, Layout::kRow, true);
+        dest["at_step"] = int64_t{0};
+        dest["w_step"] = torch::zeros({4, 3});
+        LoadOptions options;
+        options.comm = &comm;
+        options.strict = StrictHandling::kReturnAll;
+        load(dest, id, options);
+        TORCH_CHECK(dest.at("at_step").get<int64_t>() == step, "step ", step);
+        TORCH_CHECK(torch::equal(dest.at("w_step").tensor(), torch::full({4, 3}, float(step))));
+        dest.erase("at_step");
+        dest.erase("w_step");
+        const std::string diff =
+            testing::check_sharded_state(dest, comm.rank(), world, Layout::kRow);
+        TORCH_CHECK(diff.empty(), diff);
+      });
+    }
+  }
+  // A cached plan re-saved over an existing checkpoint: the writer's file names for this save
+  // (unique, Note [Re-save]) are used, not the cached plan's, so the old files stay intact
+  // until the commit; the new values load.
+  saved[0] = save_all(dir.sub("save4"), [&](int rank) { return state_at(rank, 9); }).first;
+  std::set<std::string> old_files, new_files;
+  for (const auto& entry : saved[4].storage_data) old_files.insert(entry.second.relative_path);
+  for (const auto& entry : saved[0].storage_data) new_files.insert(entry.second.relative_path);
+  for (const auto& f : new_files) EXPECT_EQ(old_files.count(f), 0u) << f;
+  run_in_process(kWorld, [&](Communicator& comm) {
+    StateDict dest{{"w_step", torch::zeros({4, 3})}};
+    LoadOptions options;
+    options.comm = &comm;
+    options.strict = StrictHandling::kReturnAll;
+    load(dest, dir.sub("save4"), options);
+    TORCH_CHECK(torch::equal(dest.at("w_step").tensor(), torch::full({4, 3}, 9.0f)));
+  });
+  EXPECT_TRUE(verify(dir.sub("save4")).ok());
+
+  const auto stats = planners[0]->plan_cache_stats();
+  EXPECT_EQ(stats.global_plans, 5);
+  EXPECT_EQ(stats.global_plan_hits, 3);  // steps 2, 4 and 9; step 3 changed rank 2's plan
+  EXPECT_EQ(planners[1]->plan_cache_stats().global_plans, 0);  // not the coordinator
+  EXPECT_TRUE(saved[2].state_dict_metadata == saved[1].state_dict_metadata);
+  EXPECT_TRUE(saved[3].state_dict_metadata.contains("extra_step"));
+  EXPECT_TRUE(saved[4].state_dict_metadata == saved[3].state_dict_metadata);
+  EXPECT_EQ(saved[4].storage_data.size(), saved[3].storage_data.size());
+
+  // A dtype change is a new plan (Python's comparison ignores dtypes and would reuse the old
+  // metadata): the checkpoint records the new dtype.
+  const std::string id = dir.sub("dtype");
+  for (const auto& e : save_all(id, float64_w).second) ASSERT_EQ(e, "");
+  EXPECT_EQ(planners[0]->plan_cache_stats().global_plan_hits, 3);
+  const Metadata md = FileSystemReader(id).read_metadata();
+  EXPECT_EQ(std::get<TensorStorageMetadata>(md.state_dict_metadata.at("w_step")).properties.dtype,
+            c10::ScalarType::Double);
+
+  // A coordinator whose planner lost its cache while the other ranks kept theirs: a clear
+  // error on every rank, and nothing committed.
+  DefaultSavePlannerOptions o;
+  o.enable_plan_caching = true;
+  planners[0] = std::make_shared<DefaultSavePlanner>(o);
+  const std::string lost = dir.sub("lost");
+  for (const auto& e : save_all(lost, float64_w).second) {
+    EXPECT_NE(e.find("plan caching: rank(s) 1, 2 sent"), std::string::npos) << e;
+    EXPECT_NE(e.find("has no cached plans"), std::string::npos) << e;
+  }
+  EXPECT_FALSE(std::filesystem::exists(lost + "/.metadata"));
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 // DefaultLoadPlanner implement Python's default behaviour (flattening, de-duplication of
 // replicated items, chunk-overlap resharding) plus dcp's stricter checks on load.
 //
-// Planners never do IO and never call collectives. One planner instance serves one save or load
-// on one rank and is driven from one thread.
+// Planners never do IO and never call collectives. One planner instance serves one rank and is
+// driven from one thread; a DefaultSavePlanner with enable_plan_caching is meant to serve every
+// save of its rank in turn.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -125,6 +126,12 @@ struct DefaultSavePlannerOptions {
   /// Keep each replicated item on the lowest rank that has it instead of balancing bytes
   /// (Python's dedup_save_to_lowest_rank).
   bool dedup_save_to_lowest_rank = false;
+  /// Python's enable_plan_caching: when a rank's local plan equals its previous save's, it
+  /// sends an empty "unchanged" plan, and when no rank's plan changed the coordinator reuses
+  /// the previous global plan and Metadata instead of recomputing them (Note [Plan caching]).
+  /// The cache lives in the planner: pass the same planner to every save of a rank
+  /// (SaveOptions::planner), one planner per rank.
+  bool enable_plan_caching = false;
 };
 
 /// Python's DefaultSavePlanner.
@@ -142,6 +149,14 @@ class DefaultSavePlanner : public SavePlanner {
   /// transform_object(item, lookup_object(item.index)), as in Python.
   WritePayload resolve_data(const WriteItem& item) override;
 
+  /// With enable_plan_caching, on the coordinator: how many global plans were asked for, and
+  /// how many of them reused the cached global plan and Metadata whole.
+  struct PlanCacheStats {
+    int64_t global_plans = 0;
+    int64_t global_plan_hits = 0;
+  };
+  PlanCacheStats plan_cache_stats() const { return cache_stats_; }
+
  protected:
   /// Hooks for subclasses, with Python's names. Called from IO threads, concurrently.
   /// The object an index names in this rank's state dict: a local shard or tensor (CPU or
@@ -151,10 +166,22 @@ class DefaultSavePlanner : public SavePlanner {
   virtual WritePayload transform_object(const WriteItem& item, WritePayload object);
 
  private:
+  std::pair<std::vector<SavePlan>, Metadata> plan_globally(std::vector<SavePlan> plans) const;
+  static SavePlan unusable_plan();
+
   DefaultSavePlannerOptions options_;
   FlatStateDict flat_;
   std::map<std::string, size_t> by_fqn_;
   bool is_coordinator_ = false;
+  // Note [Plan caching] (default_planner.cpp): what the previous successful save planned.
+  struct PlanCache {
+    std::optional<SavePlan> local_plan;  // this rank's local plan
+    std::optional<SavePlan> final_plan;  // this rank's final plan
+    std::vector<SavePlan> all_plans;     // coordinator: every rank's local plan
+    std::optional<Metadata> metadata;    // coordinator: the global plan's Metadata
+  } cache_;
+  std::optional<SavePlan> pending_local_plan_;  // cached once the global plan succeeded
+  PlanCacheStats cache_stats_;
 };
 
 struct DefaultLoadPlannerOptions {

@@ -67,6 +67,27 @@ std::string shape_string(c10::IntArrayRef shape) {
 
 namespace detail {
 
+bool compare_save_plans(const SavePlan& a, const SavePlan& b) {
+  if (a.usable != b.usable || a.items.size() != b.items.size() ||
+      a.storage_data != b.storage_data || a.planner_data != b.planner_data) {
+    return false;
+  }
+  for (size_t i = 0; i < a.items.size(); ++i) {
+    const WriteItem& x = a.items[i];
+    const WriteItem& y = b.items[i];
+    if (x.type != y.type || x.index != y.index || x.index.index != y.index.index ||
+        x.tensor_data.has_value() != y.tensor_data.has_value()) {
+      return false;
+    }
+    if (x.tensor_data && !(x.tensor_data->chunk == y.tensor_data->chunk &&
+                           x.tensor_data->size == y.tensor_data->size &&
+                           x.tensor_data->properties == y.tensor_data->properties)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
     std::vector<SavePlan> plans) {
   Metadata md;
@@ -177,16 +198,93 @@ SavePlan DefaultSavePlanner::create_local_plan() {
     plan.items.push_back(std::move(item));
   }
   plan.planner_data = flat_.mappings;
+  if (options_.enable_plan_caching) {  // Note [Plan caching]
+    pending_local_plan_.reset();
+    if (cache_.local_plan && detail::compare_save_plans(plan, *cache_.local_plan)) {
+      return unusable_plan();
+    }
+    pending_local_plan_ = plan;
+  }
   return plan;
 }
 
-std::pair<std::vector<SavePlan>, Metadata> DefaultSavePlanner::create_global_plan(
-    std::vector<SavePlan> plans) {
+std::pair<std::vector<SavePlan>, Metadata> DefaultSavePlanner::plan_globally(
+    std::vector<SavePlan> plans) const {
   plans = detail::dedup_save_plans(std::move(plans), options_.dedup_save_to_lowest_rank);
   return detail::create_default_global_save_plan(std::move(plans));
 }
 
-SavePlan DefaultSavePlanner::finish_plan(SavePlan central_plan) { return central_plan; }
+// Note [Plan caching]: Python's enable_plan_caching, with the cache in the planner object
+// rather than in class attributes (pass the same DefaultSavePlanner to every save of a rank).
+//   create_local_plan (every rank): a plan equal to the last one that reached finish_plan is
+//     sent as an empty, unusable plan.
+//   create_global_plan (coordinator): with every plan unusable, the cached global plan and
+//     Metadata are reused and every rank gets an unusable plan back; otherwise the changed
+//     plans replace their cached ones and the global plan is recomputed and sent whole. (Python
+//     then sends an unusable plan to each rank whose global plan did not change; that needs a
+//     copy of every global plan in the cache, which at 1024 ranks x 2000 tensors costs more
+//     than the scatter it saves.) The cache is only updated after the global plan succeeded.
+//   finish_plan (every rank): an unusable central plan means "your last final plan's items";
+//     its storage_data stays the one the writer gave this save.
+// A rank that meets a cached plan without a cache to match (a coordinator with a fresh
+// planner, a changed world size) gets an error that says so, never a plan missing that rank's
+// items: Python would silently build metadata without them.
+std::pair<std::vector<SavePlan>, Metadata> DefaultSavePlanner::create_global_plan(
+    std::vector<SavePlan> plans) {
+  if (!options_.enable_plan_caching) return plan_globally(std::move(plans));
+  std::vector<size_t> unusable;
+  for (size_t r = 0; r < plans.size(); ++r) {
+    if (!plans[r].usable) unusable.push_back(r);
+  }
+  const bool hydrated = cache_.metadata.has_value() && cache_.all_plans.size() == plans.size();
+  TORCH_CHECK(unusable.empty() || hydrated, "plan caching: rank(s) ", c10::Join(", ", unusable),
+              " sent \"unchanged since the last save\" but this coordinator's planner ",
+              cache_.metadata ? c10::str("cached a save of ", cache_.all_plans.size(), " ranks")
+                              : std::string("has no cached plans"),
+              "; pass the same DefaultSavePlanner to every save (SaveOptions::planner) on every "
+              "rank, at one world size");
+  ++cache_stats_.global_plans;
+  if (hydrated && unusable.size() == plans.size()) {
+    ++cache_stats_.global_plan_hits;
+    return {std::vector<SavePlan>(plans.size(), unusable_plan()), *cache_.metadata};
+  }
+  std::vector<SavePlan> merged = hydrated ? cache_.all_plans : std::vector<SavePlan>{};
+  merged.resize(plans.size());
+  for (size_t r = 0; r < plans.size(); ++r) {
+    if (plans[r].usable) merged[r] = std::move(plans[r]);
+  }
+  auto [global, metadata] = plan_globally(merged);
+  cache_.all_plans = std::move(merged);
+  cache_.metadata = metadata;
+  return {std::move(global), std::move(metadata)};
+}
+
+SavePlan DefaultSavePlanner::finish_plan(SavePlan central_plan) {
+  if (!options_.enable_plan_caching) return central_plan;
+  if (!central_plan.usable) {
+    TORCH_CHECK(cache_.final_plan.has_value(), "plan caching: the coordinator sent \"your plan ",
+                "is unchanged\" but this rank's planner has no cached plan; pass the same ",
+                "DefaultSavePlanner to every save (SaveOptions::planner)");
+    // The items are the cached ones; storage_data is the writer's for this save (a re-save
+    // into a directory that holds a checkpoint gets file names unique to the save).
+    std::string storage_data = std::move(central_plan.storage_data);
+    central_plan = *cache_.final_plan;
+    central_plan.storage_data = std::move(storage_data);
+  } else {
+    cache_.final_plan = central_plan;
+  }
+  if (pending_local_plan_) {  // the global plan succeeded: this local plan may now be reused
+    cache_.local_plan = std::move(pending_local_plan_);
+    pending_local_plan_.reset();
+  }
+  return central_plan;
+}
+
+SavePlan DefaultSavePlanner::unusable_plan() {
+  SavePlan plan;
+  plan.usable = false;
+  return plan;
+}
 
 WritePayload DefaultSavePlanner::resolve_data(const WriteItem& item) {
   return transform_object(item, lookup_object(item.index));

@@ -23,6 +23,12 @@ std::vector<SavePlan> dedup_save_plans(std::vector<SavePlan> plans, bool save_to
 std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
     std::vector<SavePlan> plans);
 
+/// Python's _compare_save_plans, stricter: the same items (type, fqn, offset, index hint,
+/// chunk, global size and tensor properties, in order), the same planner_data and
+/// storage_data, and the same usability. Python ignores dtypes and planner_data, so a save
+/// that only changed a dtype would reuse a stale plan; dcp does not.
+bool compare_save_plans(const SavePlan& a, const SavePlan& b);
+
 /// Python's _validate_global_plan: returns a description of the first problem, or "".
 std::string validate_global_plan(const Metadata& metadata, size_t num_plans);
 
