@@ -1,6 +1,7 @@
 // The C++ side of the interop tests (test_interop.py runs it):
-//   interop_tool save <dir> [--threads N] [--file-per-item] [--zstd]
-//       saves testing::reference_state_dict() with dcp::save
+//   interop_tool save <dir> [--threads N] [--file-per-item] [--zstd] [--cached]
+//       saves testing::reference_state_dict() with dcp::save (--cached: three times, with
+//       enable_plan_caching, the last two from the cache)
 //   interop_tool save-replicated <dir>
 //       4 in-process ranks save the same small state (placement of replicated items)
 //   interop_tool save-hf <dir> <world> [distributed]
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     const dcp::StateDict reference = dcp::testing::reference_state_dict();
     if (command == "save") {
       dcp::FileSystemWriterOptions options;
+      int saves = 1;
       for (int i = 3; i < argc; ++i) {
         if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
           options.thread_count = std::atoi(argv[++i]);
@@ -40,10 +42,24 @@ int main(int argc, char** argv) {
           options.single_file_per_rank = false;
         } else if (std::strcmp(argv[i], "--zstd") == 0) {
           options.compression = dcp::Compression::kZstd;
+        } else if (std::strcmp(argv[i], "--cached") == 0) {
+          saves = 3;
         }
       }
       dcp::FileSystemWriter writer(dir, options);
-      dcp::save(reference, writer);
+      // --cached: three saves into <dir> with one enable_plan_caching planner; the last two
+      // reuse the cached plan and Metadata, and the last one is what Python loads.
+      dcp::DefaultSavePlannerOptions planner_options;
+      planner_options.enable_plan_caching = saves > 1;
+      auto planner = std::make_shared<dcp::DefaultSavePlanner>(planner_options);
+      dcp::SaveOptions save_options;
+      save_options.planner = planner;
+      for (int k = 0; k < saves; ++k) dcp::save(reference, writer, save_options, dir);
+      if (saves > 1 && planner->plan_cache_stats().global_plan_hits != saves - 1) {
+        std::cerr << "expected " << saves - 1 << " cached global plans, got "
+                  << planner->plan_cache_stats().global_plan_hits << "\n";
+        return 1;
+      }
       std::cout << "saved " << dir << "\n";
       return 0;
     }

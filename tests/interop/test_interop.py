@@ -56,7 +56,7 @@ class CppSavesPythonLoads(unittest.TestCase):
 
     def test_python_dcp_load_gets_every_value_back(self):
         for layout in ([], ["--threads", "3"], ["--file-per-item"], ["--zstd"],
-                       ["--zstd", "--threads", "2"]):
+                       ["--zstd", "--threads", "2"], ["--cached"]):
             with self.subTest(layout=layout), tempfile.TemporaryDirectory() as d:
                 run_tool("save", d, *layout)
                 if "--zstd" in layout:  # every item goes through Python's ZStandard extension
