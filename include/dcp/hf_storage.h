@@ -61,6 +61,15 @@ struct HuggingFaceStorageWriterOptions {
   /// of whole tensors, from one rank (a save on one rank or with no_dist), plus
   /// model.safetensors.index.json.
   bool save_distributed = false;
+  /// Python's enable_consolidation: the chunks go to `<path>/sharded/`, and after every rank
+  /// wrote them the coordinator assembles whole tensors into `<path>/model-0000k-of-0000N
+  /// .safetensors` by fqn_to_index_mapping (all in one file when empty), with
+  /// model.safetensors.index.json. The result is an ordinary Hugging Face model directory.
+  /// Consolidation holds one whole tensor in memory at a time.
+  bool enable_consolidation = false;
+  /// Threads that write consolidated files (one file per thread), Python's
+  /// thread_count_consolidation.
+  int thread_count_consolidation = 1;
   /// fsync every file before the save returns.
   bool sync_files = true;
 };
@@ -85,6 +94,10 @@ class HuggingFaceStorageWriter : public StorageWriter {
               const std::vector<std::vector<WriteResult>>& results) override;
 
  private:
+  /// Where write_data puts its files: the path, or its "sharded" folder with consolidation.
+  std::string data_directory() const;
+  void consolidate(const Metadata& metadata) const;
+
   std::string path_;
   HuggingFaceStorageWriterOptions options_;
   int rank_ = 0;

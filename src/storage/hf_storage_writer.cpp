@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -30,13 +31,13 @@ int64_t chunk_bytes(const WriteItem& item) {
   return n;
 }
 
-// Writes `bytes` to `dir`/`name` through a temporary name and a rename.
-void write_whole_file(const std::string& dir, const std::string& name, const std::string& bytes,
-                      bool sync) {
-  const std::string tmp = detail::join_path(dir, name + ".tmp");
+// Writes `dir`/`name` through a temporary name and a rename: `fill` writes the contents.
+void write_file_atomically(const std::string& dir, const std::string& name, bool sync,
+                           const std::function<void(detail::File&)>& fill) {
+  const std::string tmp = detail::join_path(dir, detail::paths::hf_temp_file(name));
   try {
     detail::File file = detail::File::open(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-    file.write_all(bytes.data(), bytes.size());
+    fill(file);
     if (sync) file.sync();
     file.close();
     detail::rename_file(tmp, detail::join_path(dir, name));
@@ -44,6 +45,16 @@ void write_whole_file(const std::string& dir, const std::string& name, const std
     detail::remove_file_quietly(tmp);
     throw;
   }
+}
+
+// model.safetensors.index.json: every tensor's file, and the tensors' total bytes.
+void write_index(const std::string& dir, const nlohmann::ordered_json& weight_map, int64_t total,
+                 bool sync) {
+  const std::string bytes =
+      nlohmann::ordered_json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}
+          .dump(2);
+  write_file_atomically(dir, detail::paths::hf_index_file(), sync,
+                        [&](detail::File& f) { f.write_all(bytes.data(), bytes.size()); });
 }
 
 }  // namespace
@@ -65,7 +76,7 @@ void HuggingFaceStorageWriter::set_up_storage_writer(bool, int rank) { rank_ = r
 
 SavePlan HuggingFaceStorageWriter::prepare_local_plan(SavePlan plan) {
   TORCH_CHECK(!path_.empty(), "HuggingFaceStorageWriter: no path (pass a checkpoint_id)");
-  detail::create_directories(path_);
+  detail::create_directories(data_directory());
   std::set<std::string> names;
   for (const WriteItem& item : plan.items) {
     TORCH_CHECK_VALUE(item.type != WriteItemType::BYTE_IO, "'", item.index.fqn,
@@ -128,7 +139,7 @@ std::future<std::vector<WriteResult>> HuggingFaceStorageWriter::write_data(const
       }
       const std::string header = detail::encode_safetensors_header(
           tensors, {{kShardingInfoKey, sharding.dump()}, {kVersionKey, kVersion}, {"format", "pt"}});
-      const std::string path = detail::join_path(path_, name);
+      const std::string path = detail::join_path(data_directory(), name);
       detail::with_context(
           [&] {
             detail::File file = detail::File::open(path, O_WRONLY | O_CREAT | O_TRUNC);
@@ -167,9 +178,18 @@ std::future<std::vector<WriteResult>> HuggingFaceStorageWriter::write_data(const
   return promise.get_future();
 }
 
+std::string HuggingFaceStorageWriter::data_directory() const {
+  return options_.enable_consolidation
+             ? detail::join_path(path_, detail::paths::hf_sharded_directory())
+             : path_;
+}
+
 void HuggingFaceStorageWriter::finish(const Metadata& metadata,
                                       const std::vector<std::vector<WriteResult>>& results) {
-  if (options_.save_distributed) return;  // as Python: no index for chunked files
+  if (options_.save_distributed) {  // as Python: chunked files have no index
+    if (options_.enable_consolidation) consolidate(metadata);
+    return;
+  }
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   int64_t total = 0;
   for (const auto& rank_results : results) {
@@ -178,9 +198,84 @@ void HuggingFaceStorageWriter::finish(const Metadata& metadata,
       total += r.storage_data.length;
     }
   }
-  const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
-                                        {"weight_map", weight_map}};
-  write_whole_file(path_, detail::paths::hf_index_file(), index.dump(2), options_.sync_files);
+  write_index(data_directory(), weight_map, total, options_.sync_files);
+  if (options_.sync_files) detail::sync_directory(data_directory());
+}
+
+// Python's consolidate_safetensors_files, from the save's own Metadata rather than from a scan
+// of the folder (a stale file there cannot leak in): each output file gets its tensors whole,
+// in the checkpoint's key order; each tensor is assembled in memory from its saved chunks
+// (ranged reads of the chunked files) and written after the header.
+void HuggingFaceStorageWriter::consolidate(const Metadata& metadata) const {
+  TORCH_CHECK_VALUE(options_.thread_count_consolidation >= 1,
+                    "HuggingFaceStorageWriter: thread_count_consolidation must be >= 1");
+  int count = 1;
+  for (const auto& [fqn, index] : options_.fqn_to_index_mapping) count = std::max(count, index);
+  std::map<int, std::vector<std::pair<std::string, const TensorStorageMetadata*>>> files;
+  for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
+    const auto* t = std::get_if<TensorStorageMetadata>(&entry);
+    TORCH_CHECK_VALUE(t != nullptr, "'", fqn, "' is not a tensor");
+    const auto it = options_.fqn_to_index_mapping.find(fqn);
+    files[it == options_.fqn_to_index_mapping.end() ? 1 : it->second].emplace_back(fqn, t);
+  }
+  const std::string sharded = data_directory();
+  std::vector<std::pair<int, std::vector<std::pair<std::string, const TensorStorageMetadata*>>>>
+      outputs(files.begin(), files.end());
+  std::vector<std::vector<detail::SafetensorsTensor>> headers(outputs.size());
+  detail::run_parallel(outputs.size(), options_.thread_count_consolidation, [&](size_t f) {
+    const std::string name = detail::paths::hf_model_file(outputs[f].first, count);
+    auto& tensors = headers[f];
+    for (const auto& [fqn, t] : outputs[f].second) {
+      detail::SafetensorsTensor out;
+      out.name = fqn;
+      out.dtype = t->properties.dtype;
+      out.shape = t->size;
+      out.length = static_cast<uint64_t>(c10::elementSize(out.dtype));
+      for (int64_t s : t->size) out.length *= static_cast<uint64_t>(s);
+      tensors.push_back(std::move(out));
+    }
+    const std::string header = detail::encode_safetensors_header(tensors, {});
+    detail::with_context(
+        [&] {
+          write_file_atomically(path_, name, options_.sync_files, [&](detail::File& file) {
+            file.write_all(header.data(), header.size());
+            for (const auto& [fqn, t] : outputs[f].second) {
+              const at::TensorOptions dtype = at::TensorOptions().dtype(t->properties.dtype);
+              at::Tensor whole = at::zeros(t->size, dtype);  // what no chunk covers reads 0
+              for (const ChunkStorageMetadata& chunk : t->chunks) {
+                const auto where = metadata.storage_data.find(MetadataIndex(fqn, chunk.offsets));
+                TORCH_CHECK(where != metadata.storage_data.end(), "no file holds the chunk of '",
+                            fqn, "' at offsets ", c10::IntArrayRef(chunk.offsets));
+                at::Tensor part = at::empty(chunk.sizes, dtype);
+                TORCH_CHECK(static_cast<int64_t>(part.nbytes()) == where->second.length, "the ",
+                            "chunk of '", fqn, "' in '", where->second.relative_path, "' has ",
+                            where->second.length, " bytes, its shape needs ", part.nbytes());
+                detail::File::open(detail::join_path(sharded, where->second.relative_path),
+                                   O_RDONLY)
+                    .pread_all(part.data_ptr(), part.nbytes(),
+                               static_cast<uint64_t>(where->second.offset));
+                at::Tensor box = whole;
+                for (size_t d = 0; d < chunk.offsets.size(); ++d) {
+                  box = box.narrow(static_cast<int64_t>(d), chunk.offsets[d], chunk.sizes[d]);
+                }
+                box.copy_(part);
+              }
+              file.write_all(whole.data_ptr(), whole.nbytes());
+            }
+          });
+        },
+        [&] { return c10::str("consolidating into '", detail::join_path(path_, name), "'"); });
+  });
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  int64_t total = 0;
+  for (size_t f = 0; f < outputs.size(); ++f) {
+    const std::string name = detail::paths::hf_model_file(outputs[f].first, count);
+    for (const auto& t : headers[f]) {
+      weight_map[t.name] = name;
+      total += static_cast<int64_t>(t.length);
+    }
+  }
+  write_index(path_, weight_map, total, options_.sync_files);
   if (options_.sync_files) detail::sync_directory(path_);
 }
 

@@ -60,6 +60,10 @@ std::string hf_model_file(int index, int count, std::optional<int> shard) {
 
 std::string hf_index_file() { return "model.safetensors.index.json"; }
 
+std::string hf_sharded_directory() { return "sharded"; }
+
+std::string hf_temp_file(const std::string& name) { return name + ".tmp"; }
+
 std::string step_directory(int64_t step) { return "step_" + std::to_string(step); }
 
 std::optional<int64_t> parse_step_directory(const std::string& name) {

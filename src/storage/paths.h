@@ -41,6 +41,11 @@ bool is_data_file(const std::string& name);
 std::string hf_model_file(int index, int count, std::optional<int> shard = std::nullopt);
 /// The index of a sharded Hugging Face model: "model.safetensors.index.json".
 std::string hf_index_file();
+/// Where HuggingFaceStorageWriter with enable_consolidation writes the chunked files before
+/// consolidating them (Python's SHARDED_DIR_NAME): "sharded".
+std::string hf_sharded_directory();
+/// Where a Hugging Face file is written before its rename: "<name>.tmp".
+std::string hf_temp_file(const std::string& name);
 /// A CheckpointManager's directory of one step under its root: "step_{step}".
 std::string step_directory(int64_t step);
 /// The step of a "step_{N}" name (N decimal, >= 0, no sign or leading zeros); nullopt otherwise.

@@ -4,9 +4,10 @@
 //       enable_plan_caching, the last two from the cache)
 //   interop_tool save-replicated <dir>
 //       4 in-process ranks save the same small state (placement of replicated items)
-//   interop_tool save-hf <dir> <world> [distributed]
+//   interop_tool save-hf <dir> <world> [distributed|consolidated]
 //       saves four tensors with HuggingFaceStorageWriter on <world> in-process ranks (two files
-//       by fqn_to_index_mapping; distributed: row shards, save_distributed)
+//       by fqn_to_index_mapping; distributed: row shards, save_distributed; consolidated: the
+//       same, with enable_consolidation)
 //   interop_tool hf-to-dcp <hf dir> <world> <out dir>
 //       loads a Hugging Face safetensors model on <world> in-process ranks (row shards) with
 //       HuggingFaceStorageReader and saves it as a DCP checkpoint
@@ -82,10 +83,12 @@ int main(int argc, char** argv) {
       std::cout << "saved " << dir << "\n";
       return 0;
     }
-    if (command == "save-hf") {  // save-hf <dir> <world> [distributed]
-      if (argc < 4) throw std::invalid_argument("usage: interop_tool save-hf <dir> <world> [distributed]");
+    if (command == "save-hf") {
+      if (argc < 4) throw std::invalid_argument("usage: interop_tool save-hf <dir> <world> [distributed|consolidated]");
       const int world = std::atoi(argv[3]);
-      const bool distributed = argc > 4 && std::string(argv[4]) == "distributed";
+      const bool consolidated = argc > 4 && std::string(argv[4]) == "consolidated";
+      const bool distributed =
+          consolidated || (argc > 4 && std::string(argv[4]) == "distributed");
       dcp::run_in_process(world, [&](dcp::Communicator& comm) {
         using dcp::testing::make_tensor;
         const std::map<std::string, at::Tensor> full{
@@ -104,6 +107,8 @@ int main(int argc, char** argv) {
         }
         dcp::HuggingFaceStorageWriterOptions options;
         options.save_distributed = distributed;
+        options.enable_consolidation = consolidated;
+        options.thread_count_consolidation = 2;
         options.fqn_to_index_mapping = {{"model.embed.weight", 1}, {"model.proj.weight", 2},
                                         {"model.ids", 2}, {"model.scale", 1}};
         dcp::HuggingFaceStorageWriter writer(dir, options);

@@ -16,11 +16,13 @@ import struct
 import subprocess
 import tempfile
 import unittest
+from unittest import mock
 
 import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint import HuggingFaceStorageReader
+from torch.distributed.checkpoint._consolidate_hf_safetensors import consolidate_safetensors_files
 
 from values import make_tensor
 
@@ -224,6 +226,49 @@ class CppWritesSafetensors(unittest.TestCase):
             self.assertIn("shard-00001-model-00001-of-00002.safetensors", names)
             self.assertNotIn("model.safetensors.index.json", os.listdir(d))
             self.python_reader_loads(d, expected)
+
+    def test_three_ranks_consolidated_as_pythons_consolidation_writes_it(self):
+        expected = cpp_hf_tensors()
+        mapping = {"model.embed.weight": 1, "model.proj.weight": 2, "model.ids": 2,
+                   "model.scale": 1}
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as ref:
+            proc = run("save-hf", d, "3", "consolidated")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            sharded = os.path.join(d, "sharded")
+            self.assertIn("shard-00003-model-00002-of-00002.safetensors", os.listdir(sharded))
+            # Python's own consolidation of the same chunks is the reference. It sizes dtypes
+            # with torch.finfo, which raises for integer dtypes (torch 2.13), so integer
+            # tensors get torch.iinfo for the length of this call.
+            finfo = torch.finfo
+
+            def finfo_or_iinfo(dtype):
+                return finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+
+            with mock.patch.object(torch, "finfo", finfo_or_iinfo):
+                consolidate_safetensors_files(sharded, ref, fqn_to_index_mapping=mapping)
+            names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+            self.assertEqual(sorted(n for n in os.listdir(d) if n.endswith(".safetensors")),
+                             names)
+            got, want = {}, {}
+            for name in names:
+                ours, theirs = load_file(os.path.join(d, name)), load_file(os.path.join(ref, name))
+                self.assertEqual(sorted(ours), sorted(theirs), name)
+                got.update(ours)
+                want.update(theirs)
+            for k, v in expected.items():
+                self.assertEqual(got[k].dtype, v.dtype, k)
+                self.assertTrue(torch.equal(got[k], v), k)
+                if v.dim() > 0:  # Python's consolidation writes 0 for a 0-d tensor (2.13)
+                    self.assertTrue(torch.equal(got[k], want[k]), k)
+            index = {}
+            for where in (d, ref):
+                with open(os.path.join(where, "model.safetensors.index.json")) as f:
+                    index[where] = json.load(f)
+            self.assertEqual(index[d], index[ref])
+            self.python_reader_loads(d, expected)
+            with tempfile.TemporaryDirectory() as out:  # and dcp's own reader, on 2 ranks
+                proc = run("hf-to-dcp", d, "2", out)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
 
     def test_errors(self):
         with tempfile.TemporaryDirectory() as d:  # 3 ranks writing whole tensors would collide
