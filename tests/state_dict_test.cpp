@@ -83,5 +83,28 @@ TEST(ValueTest, EqualityComparesTensorsBitwiseAndTypes) {
   EXPECT_THROW(Value(1).get<std::string>(), c10::Error);
 }
 
+TEST(StridedShardTest, FsdpOverTensorParallelIsOneBoxPerRankAndOtherOrdersAreRefused) {
+  // Rows 0..7: tensor parallelism (inner mesh dimension) shards first, FSDP (outer) then
+  // shards each TP piece: (dp, tp) = (0,0) rows 0-1, (0,1) 4-5, (1,0) 2-3, (1,1) 6-7.
+  const std::vector<Placement> fsdp_tp{Placement::StridedShard(0, 2), Placement::Shard(0)};
+  const int64_t want[4] = {0, 4, 2, 6};
+  at::Tensor full = at::arange(24).view({8, 3});
+  for (int r = 0; r < 4; ++r) {
+    const LocalBox box = compute_local_box({8, 3}, {2, 2}, mesh_coordinate({2, 2}, r), fsdp_tp);
+    EXPECT_EQ(box.offsets, (std::vector<int64_t>{want[r], 0})) << r;
+    EXPECT_EQ(box.sizes, (std::vector<int64_t>{2, 3})) << r;
+    const ShardedTensor st = distribute_tensor(full, {2, 2}, r, fsdp_tp);
+    EXPECT_TRUE(torch::equal(st.local_shards().at(0).tensor, full.narrow(0, want[r], 2)));
+  }
+  // The other order gives rank (0,0) rows {0, 2}: no box holds them.
+  try {
+    compute_local_box({8}, {2, 2}, {0, 0}, {Placement::Shard(0), Placement::StridedShard(0, 2)});
+    FAIL() << "a non-contiguous layout was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in dimension 0: not one range"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dcp

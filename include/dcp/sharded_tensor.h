@@ -42,17 +42,26 @@ class ShardedTensor {
 
 /// A DTensor placement along one mesh dimension.
 struct Placement {
-  enum class Type { kReplicate, kShard };
+  enum class Type { kReplicate, kShard, kStridedShard };
   Type type = Type::kReplicate;
-  int64_t dim = 0;  // for kShard
+  int64_t dim = 0;           // for kShard and kStridedShard
+  int64_t split_factor = 1;  // for kStridedShard
 
-  static Placement Replicate() { return Placement{Type::kReplicate, 0}; }
-  static Placement Shard(int64_t dim) { return Placement{Type::kShard, dim}; }
+  static Placement Replicate() { return Placement{Type::kReplicate, 0, 1}; }
+  static Placement Shard(int64_t dim) { return Placement{Type::kShard, dim, 1}; }
+  /// DTensor's _StridedShard(dim, split_factor), what FSDP2 uses on top of tensor parallelism
+  /// on the same dimension: the dimension is cut into `split_factor` pieces (torch.chunk), each
+  /// piece into the mesh dimension's size, and a rank holds its part of every piece.
+  static Placement StridedShard(int64_t dim, int64_t split_factor) {
+    return Placement{Type::kStridedShard, dim, split_factor};
+  }
 };
 
 /// The box (global offsets and sizes) the rank at `mesh_coordinate` holds: Python's
 /// compute_local_shape_and_global_offset, with torch.chunk's split and empty shards placed at
-/// offset = dimension size (docs/format.md §6.6).
+/// offset = dimension size (docs/format.md §6.6). With _StridedShard placements the rank's
+/// indices are computed as DTensor does; when they are not one contiguous range in some
+/// dimension (a layout no single chunk can describe) this throws, naming the dimension.
 struct LocalBox {
   std::vector<int64_t> offsets;
   std::vector<int64_t> sizes;

@@ -11,6 +11,12 @@
 //   interop_tool hf-to-dcp <hf dir> <world> <out dir>
 //       loads a Hugging Face safetensors model on <world> in-process ranks (row shards) with
 //       HuggingFaceStorageReader and saves it as a DCP checkpoint
+//   interop_tool local-boxes -
+//       reads layouts on stdin and prints every rank's compute_local_box (test_interop.py
+//       compares them with DTensor's own), _StridedShard included
+//   interop_tool save-strided <dir>
+//       4 in-process ranks save tensors laid out as FSDP2 over tensor parallelism
+//       (_StridedShard(0, 2), Shard(0) on a 2 x 2 mesh)
 //   interop_tool load-all <dir>
 //       loads every key of <dir> (EmptyStateDictLoadPlanner)
 //   interop_tool load <dir>
@@ -19,6 +25,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "dcp/dcp.h"
@@ -146,6 +153,78 @@ int main(int argc, char** argv) {
         dcp::save(state, out, save_options);
       });
       std::cout << "converted " << dir << " on " << world << " ranks to " << out << "\n";
+      return 0;
+    }
+    if (command == "local-boxes") {  // local-boxes - : layouts on stdin, boxes on stdout
+      // Each line "shape|mesh|placements" (e.g. "8,3|2,2|SS0x2,S0"; R, S<d>, SS<d>x<f>) gets
+      // one line: for every rank of the mesh "offsets/sizes" (comma lists), or "E", joined
+      // by ";".
+      auto ints = [](const std::string& text) {
+        std::vector<int64_t> out;
+        std::stringstream in(text);
+        for (std::string part; std::getline(in, part, ',');) {
+          if (!part.empty()) out.push_back(std::stoll(part));
+        }
+        return out;
+      };
+      auto join = [](const std::vector<int64_t>& v) {
+        std::string out;
+        for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+        return out;
+      };
+      for (std::string line; std::getline(std::cin, line);) {
+        std::stringstream fields(line);
+        std::string shape, mesh, spec;
+        std::getline(fields, shape, '|');
+        std::getline(fields, mesh, '|');
+        std::getline(fields, spec, '|');
+        std::vector<dcp::Placement> placements;
+        std::stringstream specs(spec);
+        for (std::string p; std::getline(specs, p, ',');) {
+          if (p == "R") {
+            placements.push_back(dcp::Placement::Replicate());
+          } else if (p.rfind("SS", 0) == 0) {
+            const size_t x = p.find('x');
+            placements.push_back(dcp::Placement::StridedShard(std::stoll(p.substr(2, x - 2)),
+                                                              std::stoll(p.substr(x + 1))));
+          } else {
+            placements.push_back(dcp::Placement::Shard(std::stoll(p.substr(1))));
+          }
+        }
+        const std::vector<int64_t> mesh_shape = ints(mesh);
+        int64_t ranks = 1;
+        for (int64_t m : mesh_shape) ranks *= m;
+        std::string out;
+        for (int r = 0; r < ranks; ++r) {
+          if (r) out += ";";
+          try {
+            const dcp::LocalBox box = dcp::compute_local_box(
+                ints(shape), mesh_shape, dcp::mesh_coordinate(mesh_shape, r), placements);
+            out += join(box.offsets) + "/" + join(box.sizes);
+          } catch (const c10::Error&) {
+            out += "E";
+          }
+        }
+        std::cout << out << "\n";
+      }
+      return 0;
+    }
+    if (command == "save-strided") {
+      // 4 in-process ranks, mesh (2, 2), placements (_StridedShard(0, 2), Shard(0)) (FSDP2 on
+      // top of row-wise tensor parallelism), save two tensors; Python loads them whole.
+      dcp::run_in_process(4, [&](dcp::Communicator& comm) {
+        const std::vector<dcp::Placement> fsdp_tp{dcp::Placement::StridedShard(0, 2),
+                                                  dcp::Placement::Shard(0)};
+        dcp::StateDict state;
+        state["even"] = dcp::distribute_tensor(
+            dcp::testing::make_tensor(at::kFloat, {8, 3}, 11), {2, 2}, comm.rank(), fsdp_tp);
+        state["wide"] = dcp::distribute_tensor(
+            dcp::testing::make_tensor(at::kBFloat16, {16, 5}, 12), {2, 2}, comm.rank(), fsdp_tp);
+        dcp::SaveOptions options;
+        options.comm = &comm;
+        dcp::save(state, dir, options);
+      });
+      std::cout << "saved " << dir << "\n";
       return 0;
     }
     if (command == "load-all") {  // every key of the checkpoint, whatever it holds

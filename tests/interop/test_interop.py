@@ -4,6 +4,7 @@ torch.distributed.checkpoint, and the other way round, with every value compared
 Run by ctest (label 'interop') with the repo's venv Python; DCP_INTEROP_TOOL names the C++
 tool (tests/interop/interop_tool.cpp)."""
 import io
+import itertools
 import os
 import pickle
 import pickletools
@@ -18,7 +19,11 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint._extension import ZStandard
 
-from values import blank_like, difference, reference_state_dict
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor._utils import (_compute_local_shape_and_global_offset,
+                                             _get_shard_size_and_offsets)
+from torch.distributed.tensor.placement_types import _StridedShard
+from values import blank_like, difference, make_tensor, reference_state_dict
 
 TOOL = os.environ.get("DCP_INTEROP_TOOL", "")
 warnings.filterwarnings("ignore")
@@ -161,6 +166,76 @@ class ValuesCppCannotHold(unittest.TestCase):
                 self.assertIn(what, proc.stderr)
                 self.assertIn(f"reading {key}", proc.stderr)
                 self.assertNotIn("corrupt", proc.stderr)
+
+
+def parse_placement(text):
+    if text == "R":
+        return Replicate()
+    if text.startswith("SS"):
+        dim, factor = text[2:].split("x")
+        return _StridedShard(int(dim), split_factor=int(factor))
+    return Shard(int(text[1:]))
+
+
+def dtensor_box(shape, mesh, coord, placements):
+    """DTensor's box for one rank, or "E" when its indices are not one range per dimension
+    (Python's DCP would then save a wrong chunk: it takes the first offset and the size)."""
+    offsets, local = {}, list(shape)
+    for m, p in enumerate(placements):
+        if isinstance(p, Replicate):
+            continue
+        size, idx = _get_shard_size_and_offsets(local[p.dim], mesh[m], coord[m], p,
+                                                offsets.get(p.dim), shape[p.dim], False)
+        local[p.dim], offsets[p.dim] = size, idx
+    for d, idx in offsets.items():
+        idx = idx.tolist()
+        if local[d] > 0 and idx != list(range(idx[0], idx[0] + len(idx))):
+            return "E"
+    size, offset = _compute_local_shape_and_global_offset(shape, mesh, list(coord), placements)
+    return ",".join(map(str, offset)) + "/" + ",".join(map(str, size))
+
+
+class StridedShardLayouts(unittest.TestCase):
+    """_StridedShard (FSDP2 over tensor parallelism): dcp's compute_local_box against DTensor's
+    own offsets, and a checkpoint saved in that layout loaded whole by Python."""
+
+    def test_every_rank_box_matches_dtensor(self):
+        shapes = [(8, 3), (10, 3), (7,), (16, 5), (3, 4), (0, 4), (12, 6)]
+        meshes = [(2, 2), (2, 3), (3, 2), (4,), (2, 2, 2)]
+        kinds = ["R", "S0", "S1", "SS0x2", "SS0x3", "SS1x2", "SS0x4"]
+        cases = []
+        for shape, mesh in itertools.product(shapes, meshes):
+            for spec in itertools.product(kinds, repeat=len(mesh)):
+                if any(p != "R" and int(p[2 if p.startswith("SS") else 1]) >= len(shape)
+                       for p in spec):
+                    continue
+                if not any(p.startswith("SS") for p in spec) and len(cases) % 3:
+                    continue  # plain Shard layouts are covered elsewhere; keep a third
+                cases.append((shape, mesh, spec))
+        lines = "".join(f"{','.join(map(str, s))}|{','.join(map(str, m))}|{','.join(p)}\n"
+                        for s, m, p in cases)
+        proc = subprocess.run([TOOL, "local-boxes", "-"], input=lines, capture_output=True,
+                              text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        got = proc.stdout.splitlines()
+        self.assertEqual(len(got), len(cases))
+        refused = 0
+        for (shape, mesh, spec), line in zip(cases, got):
+            placements = [parse_placement(p) for p in spec]
+            want = [dtensor_box(shape, mesh, coord, placements)
+                    for coord in itertools.product(*(range(m) for m in mesh))]
+            self.assertEqual(line.split(";"), want, f"{shape} on {mesh} as {spec}")
+            refused += "E" in want
+        self.assertGreater(refused, 0)  # non-contiguous layouts exist and are refused
+        self.assertGreater(len(cases) - refused, 100)
+
+    def test_fsdp_over_tensor_parallel_checkpoint_loads_whole_in_python(self):
+        with tempfile.TemporaryDirectory() as d:
+            run_tool("save-strided", d)
+            loaded = {"even": torch.zeros(8, 3), "wide": torch.zeros(16, 5, dtype=torch.bfloat16)}
+            dcp.load(loaded, checkpoint_id=d, no_dist=True)
+            self.assertTrue(torch.equal(loaded["even"], make_tensor(torch.float32, (8, 3), 11)))
+            self.assertTrue(torch.equal(loaded["wide"], make_tensor(torch.bfloat16, (16, 5), 12)))
 
 
 class PythonSavesCppLoads(unittest.TestCase):
