@@ -61,6 +61,8 @@ struct HuggingFaceStorageWriterOptions {
   /// of whole tensors, from one rank (a save on one rank or with no_dist), plus
   /// model.safetensors.index.json.
   bool save_distributed = false;
+  /// Files each rank writes at once (Python's thread_count): files, not items, are the unit.
+  int thread_count = 1;
   /// Python's enable_consolidation: the chunks go to `<path>/sharded/`, and after every rank
   /// wrote them the coordinator assembles whole tensors into `<path>/model-0000k-of-0000N
   /// .safetensors` by fqn_to_index_mapping (all in one file when empty), with

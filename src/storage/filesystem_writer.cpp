@@ -63,6 +63,23 @@ uint64_t expected_bytes(const detail::FileBucket& bucket) {
   return bytes;
 }
 
+// After a commit (Note [Re-save]): removes the data files among `names` (in `dir`) that
+// `metadata` does not reference. One that cannot be removed is a warning that starts with
+// `committed`: the save has succeeded. Returns whether a file was removed.
+bool remove_unreferenced_files(const std::string& dir, const std::vector<std::string>& names,
+                               const Metadata& metadata, const std::vector<std::string>& prefixes,
+                               const std::string& committed) {
+  bool removed = false;
+  for (const std::string& name : detail::unreferenced_data_files(names, metadata, prefixes)) {
+    try {
+      removed = detail::remove_file(detail::join_path(dir, name)) || removed;
+    } catch (const c10::Error& e) {
+      TORCH_WARN(committed, ", but an unreferenced data file stays: ", e.what_without_backtrace());
+    }
+  }
+  return removed;
+}
+
 }  // namespace
 
 FileSystemWriter::FileSystemWriter(std::string path, FileSystemWriterOptions options)
@@ -199,15 +216,8 @@ void FileSystemWriter::finish(const Metadata& metadata,
     for (const std::string& name : detail::list_directory(path_)) {
       if (name.compare(0, mine.size(), mine) == 0) own_files.push_back(name);
     }
-    for (const std::string& name :
-         detail::unreferenced_data_files(own_files, metadata, prefixes_)) {
-      try {
-        detail::remove_file(detail::join_path(path_, name));
-      } catch (const c10::Error& e) {
-        TORCH_WARN("rank ", *rank_local_, " committed to '", path_,
-                   "', but an unreferenced data file stays: ", e.what_without_backtrace());
-      }
-    }
+    remove_unreferenced_files(path_, own_files, metadata, prefixes_,
+                              c10::str("rank ", *rank_local_, " committed to '", path_, "'"));
     return;
   }
   try {
@@ -230,16 +240,9 @@ void FileSystemWriter::finish(const Metadata& metadata,
   if (options_.sync_files) detail::sync_directory(path_);
   // Note [Re-save]: committed; the previous checkpoint's files are garbage only now. A file
   // that cannot be removed is reported, but the save has succeeded.
-  bool removed = false;
-  for (const std::string& name :
-       detail::unreferenced_data_files(detail::list_directory(path_), metadata, prefixes_)) {
-    try {
-      removed = detail::remove_file(detail::join_path(path_, name)) || removed;
-    } catch (const c10::Error& e) {
-      TORCH_WARN("checkpoint '", path_,
-                 "' committed, but an unreferenced data file stays: ", e.what_without_backtrace());
-    }
-  }
+  const bool removed =
+      remove_unreferenced_files(path_, detail::list_directory(path_), metadata, prefixes_,
+                                c10::str("checkpoint '", path_, "' committed"));
   if (removed && options_.sync_files) detail::sync_directory(path_);
   lock_.reset();
 }

@@ -66,6 +66,9 @@ HuggingFaceStorageWriter::HuggingFaceStorageWriter(std::string path,
     TORCH_CHECK_VALUE(index >= 1, "fqn_to_index_mapping['", fqn, "'] is ", index,
                       "; file indices start at 1");
   }
+  TORCH_CHECK_VALUE(options_.thread_count >= 1 && options_.thread_count_consolidation >= 1,
+                    "HuggingFaceStorageWriter: thread_count and thread_count_consolidation must "
+                    "be >= 1");
 }
 
 void HuggingFaceStorageWriter::reset(const std::optional<std::string>& checkpoint_id) {
@@ -123,7 +126,7 @@ std::future<std::vector<WriteResult>> HuggingFaceStorageWriter::write_data(const
         options_.save_distributed ? std::optional<int>(std::stoi(plan.storage_data)) : std::nullopt;
     std::vector<std::vector<WriteResult>> per_file(buckets.size());
     std::vector<std::pair<int, std::vector<const WriteItem*>>> files(buckets.begin(), buckets.end());
-    detail::run_parallel(files.size(), 1, [&](size_t f) {
+    detail::run_parallel(files.size(), options_.thread_count, [&](size_t f) {
       const std::string name = detail::paths::hf_model_file(files[f].first, count, shard);
       const auto& items = files[f].second;
       std::vector<detail::SafetensorsTensor> tensors;
@@ -207,8 +210,6 @@ void HuggingFaceStorageWriter::finish(const Metadata& metadata,
 // in the checkpoint's key order; each tensor is assembled in memory from its saved chunks
 // (ranged reads of the chunked files) and written after the header.
 void HuggingFaceStorageWriter::consolidate(const Metadata& metadata) const {
-  TORCH_CHECK_VALUE(options_.thread_count_consolidation >= 1,
-                    "HuggingFaceStorageWriter: thread_count_consolidation must be >= 1");
   int count = 1;
   for (const auto& [fqn, index] : options_.fqn_to_index_mapping) count = std::max(count, index);
   std::map<int, std::vector<std::pair<std::string, const TensorStorageMetadata*>>> files;

@@ -172,16 +172,12 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
     with_context(
         [&] {
           const ItemSource source(file(info.relative_path), info);
-          if (!is_zstd_item(info.transform_descriptors)) {
-            read_record(source, record.items, planner, options);
-            return;
-          }
-          // Note [Compressed items]: a zstd stream has no index, so the whole item is read and
-          // decompressed (bounded by what its metadata allows), then read from memory.
-          const BufferSource decoded(
-              zstd_decompress(source, decoded_size_bound(metadata, *record.items.front())),
-              source.describe() + " (zstd-decompressed)");
-          read_record(decoded, record.items, planner, options);
+          std::optional<BufferSource> decoded;
+          const uint64_t bound = is_zstd_item(info.transform_descriptors)
+                                     ? decoded_size_bound(metadata, *record.items.front())
+                                     : 0;
+          read_record(decoded_record(source, info, bound, decoded), record.items, planner,
+                      options);
         },
         [&] {
           return c10::str("reading '", index.fqn, "' from '",
@@ -189,6 +185,17 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
                           info.offset, ", ", info.offset + info.length, ")");
         });
   });
+}
+
+// Note [Compressed items]: a zstd stream has no index, so the whole item is read and
+// decompressed (bounded by what its metadata allows), then read from memory.
+const ArchiveSource& decoded_record(const ItemSource& item, const StorageInfo& info,
+                                    uint64_t max_decoded_bytes,
+                                    std::optional<BufferSource>& decoded) {
+  if (!is_zstd_item(info.transform_descriptors)) return item;
+  decoded.emplace(zstd_decompress(item, max_decoded_bytes),
+                  item.describe() + " (zstd-decompressed)");
+  return *decoded;
 }
 
 std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner,

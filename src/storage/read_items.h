@@ -12,6 +12,7 @@
 
 #include "dcp/metadata.h"
 #include "dcp/planner.h"
+#include "format/stream_transform.h"
 #include "format/torch_save.h"
 #include "storage/read_schedule.h"
 
@@ -44,6 +45,13 @@ class ItemSource : public ArchiveSource {
   std::shared_ptr<const InputFile> file_;
   StorageInfo info_;
 };
+
+/// The bytes of a saved record as an archive: `item` itself, or for a zstd item (Note
+/// [Compressed items]) its whole decompressed stream, at most `max_decoded_bytes` of it, kept
+/// in `decoded`. The result refers to `item` or to `decoded`.
+const ArchiveSource& decoded_record(const ItemSource& item, const StorageInfo& info,
+                                    uint64_t max_decoded_bytes,
+                                    std::optional<BufferSource>& decoded);
 
 using FileOpener = std::function<std::shared_ptr<const InputFile>(const std::string& relative)>;
 

@@ -131,15 +131,13 @@ VerifyReport verify(const std::string& checkpoint_id, const VerifyOptions& optio
     try {
       const detail::ItemSource item(files.at(info.relative_path), info);
       std::optional<detail::BufferSource> decoded;  // a compressed item, decompressed
-      if (detail::is_zstd_item(info.transform_descriptors)) {
-        decoded.emplace(detail::zstd_decompress(
-                            item, detail::decoded_size_bound(
-                                      r.tensor ? r.tensor->properties.dtype : c10::ScalarType::Byte,
-                                      r.chunk, r.index->fqn)),
-                        item.describe() + " (zstd-decompressed)");
-      }
-      const detail::ArchiveSource& source =
-          decoded ? static_cast<const detail::ArchiveSource&>(*decoded) : item;
+      const uint64_t bound =
+          detail::is_zstd_item(info.transform_descriptors)
+              ? detail::decoded_size_bound(
+                    r.tensor ? r.tensor->properties.dtype : c10::ScalarType::Byte, r.chunk,
+                    r.index->fqn)
+              : 0;
+      const detail::ArchiveSource& source = detail::decoded_record(item, info, bound, decoded);
       detail::check_zip_records(source);
       if (r.tensor == nullptr) {
         detail::read_value_archive(source, /*verify_crc32=*/true);

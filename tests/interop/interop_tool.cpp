@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
         options.save_distributed = distributed;
         options.enable_consolidation = consolidated;
         options.thread_count_consolidation = 2;
+        options.thread_count = 2;  // two files per rank, written at once
         options.fqn_to_index_mapping = {{"model.embed.weight", 1}, {"model.proj.weight", 2},
                                         {"model.ids", 2}, {"model.scale", 1}};
         dcp::HuggingFaceStorageWriter writer(dir, options);
