@@ -36,11 +36,18 @@ inline std::vector<TensorSpec> model_specs(int64_t mib) {
 }
 
 /// This rank's shards of model + Adam state (random values, or zeros as a load destination).
-/// Returns the state and adds its tensor bytes to *bytes.
+/// With `replicated`, every rank holds every tensor whole and alike (DDP: the values come from
+/// one seed). Returns the state and adds its tensor bytes to *bytes.
 inline StateDict make_state(const std::vector<TensorSpec>& specs, int rank, int world, bool zeros,
-                            int64_t* bytes) {
+                            int64_t* bytes, bool replicated = false) {
   Dict model, optim_state;
-  auto shard = [&](const TensorSpec& s) {
+  if (replicated) at::manual_seed(1234);
+  auto shard = [&](const TensorSpec& s) -> Value {
+    if (replicated) {
+      at::Tensor t = zeros ? at::zeros(s.shape) : at::randn(s.shape);
+      *bytes += t.numel() * 4;
+      return t;
+    }
     auto box = compute_local_box(s.shape, {world}, {rank}, {Placement::Shard(0)});
     at::Tensor t = zeros ? at::zeros(box.sizes) : at::randn(box.sizes);
     *bytes += t.numel() * 4;
@@ -48,8 +55,8 @@ inline StateDict make_state(const std::vector<TensorSpec>& specs, int rank, int 
   };
   for (const auto& s : specs) {
     model[s.name] = shard(s);
-    optim_state[s.name] = Dict{{std::string("exp_avg"), Value(shard(s))},
-                               {std::string("exp_avg_sq"), Value(shard(s))}};
+    optim_state[s.name] = Dict{{std::string("exp_avg"), shard(s)},
+                               {std::string("exp_avg_sq"), shard(s)}};
   }
   StateDict sd;
   sd["model"] = model;

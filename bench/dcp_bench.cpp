@@ -3,16 +3,20 @@
 //   dcp_bench load <dir> <MiB>   every rank loads its shards for this world size (the same as
 //                                the save's, or another: a resharding load)
 // An optional 4th argument sets the IO threads per rank (FileSystemWriter/Reader thread_count);
-// a 5th, for A/B runs, turns off one fast path: "buffered" O_DIRECT writes
-// (FileSystemWriterOptions::direct_io), "noprefetch" read hints
+// a 5th is a comma-separated list of flags. For A/B runs, each turns off one fast path:
+// "buffered" O_DIRECT writes (FileSystemWriterOptions::direct_io), "noprefetch" read hints
 // (FileSystemReaderOptions::prefetch_bytes = 0), "nocrc" CRC-32 checks on load
-// (FileSystemReaderOptions::verify_crc32 = false); and "zstd" saves compressed items
-// (Compression::kZstd; loads need no flag).
+// (FileSystemReaderOptions::verify_crc32 = false), "noshare" read-once broadcasts
+// (LoadOptions::read_once = false). "zstd" saves compressed items (Compression::kZstd; loads
+// need no flag); "replicated" makes every tensor whole on every rank (a DDP state) instead of
+// row shards (use it for the save and the load).
 // Before a load every rank evicts the checkpoint's files from the page cache
 // (posix_fadvise DONTNEED), so reads come from the disk. Rank 0 prints one line:
 //   RESULT op=<save|load> ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
+//          checkpoint_bytes=C
 // where R is the sum over ranks of bytes read through read(2)/pread(2) (/proc/self/io rchar),
-// and M the largest per-rank growth of peak RSS during the operation beyond the state itself.
+// M the largest per-rank growth of peak RSS during the operation beyond the state itself, and
+// C the size of the checkpoint's files.
 #include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <mpi.h>
@@ -23,6 +27,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "bench/bench_state.h"
@@ -74,15 +80,23 @@ int main(int argc, char** argv) {
     const std::string op = argv[1], dir = argv[2];
     const int64_t mib = std::stoll(argv[3]);
     const int threads = argc > 4 ? std::stoi(argv[4]) : 1;  // IO threads per rank
-    const std::string off = argc > 5 ? argv[5] : "";
-    if (!off.empty() && off != "buffered" && off != "noprefetch" && off != "nocrc" &&
-        off != "zstd") {
-      std::fprintf(stderr, "dcp_bench: unknown 5th argument '%s'\n", off.c_str());
-      MPI_Abort(MPI_COMM_WORLD, 2);
+    std::set<std::string> flags;
+    if (argc > 5) {
+      std::stringstream list(argv[5]);
+      for (std::string f; std::getline(list, f, ',');) {
+        if (f != "buffered" && f != "noprefetch" && f != "nocrc" && f != "zstd" &&
+            f != "replicated" && f != "noshare") {
+          std::fprintf(stderr, "dcp_bench: unknown flag '%s'\n", f.c_str());
+          MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        flags.insert(f);
+      }
     }
+    auto flag = [&](const char* f) { return flags.count(f) != 0; };
     const auto specs = dcp::bench::model_specs(mib);
     int64_t bytes = 0;
-    dcp::StateDict state = dcp::bench::make_state(specs, comm.rank(), comm.size(), op == "load", &bytes);
+    dcp::StateDict state = dcp::bench::make_state(specs, comm.rank(), comm.size(), op == "load",
+                                                  &bytes, flag("replicated"));
     if (op == "load" && comm.rank() == 0) evict(dir);
     MPI_Barrier(MPI_COMM_WORLD);
     // The state is built; what grows from here is the library's overhead. ru_maxrss cannot be
@@ -96,17 +110,18 @@ int main(int argc, char** argv) {
         o.comm = &comm;
         dcp::FileSystemWriterOptions wo;
         wo.thread_count = threads;
-        wo.direct_io = off != "buffered";
-        if (off == "zstd") wo.compression = dcp::Compression::kZstd;
+        wo.direct_io = !flag("buffered");
+        if (flag("zstd")) wo.compression = dcp::Compression::kZstd;
         dcp::FileSystemWriter writer(dir, wo);
         dcp::save(state, writer, o);
       } else {
         dcp::LoadOptions o;
         o.comm = &comm;
+        o.read_once = !flag("noshare");
         dcp::FileSystemReaderOptions ro;
         ro.thread_count = threads;
-        if (off == "noprefetch") ro.prefetch_bytes = 0;
-        if (off == "nocrc") ro.verify_crc32 = false;
+        if (flag("noprefetch")) ro.prefetch_bytes = 0;
+        if (flag("nocrc")) ro.verify_crc32 = false;
         dcp::FileSystemReader reader(dir, ro);
         dcp::load(state, reader, o);
       }
@@ -123,9 +138,14 @@ int main(int argc, char** argv) {
     MPI_Reduce(mine, sums, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Reduce(&mine[2], &max_overhead, 1, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
     if (comm.rank() == 0) {
-      std::printf("RESULT op=%s ranks=%d bytes=%lld seconds=%.4f read_bytes=%lld peak_rss_overhead_mib=%.1f\n",
+      int64_t files_bytes = 0;  // what the checkpoint holds on disk
+      for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        if (e.is_regular_file()) files_bytes += static_cast<int64_t>(e.file_size());
+      }
+      std::printf("RESULT op=%s ranks=%d bytes=%lld seconds=%.4f read_bytes=%lld peak_rss_overhead_mib=%.1f checkpoint_bytes=%lld\n",
                   op.c_str(), comm.size(), static_cast<long long>(sums[0]), seconds,
-                  static_cast<long long>(sums[1]), max_overhead / 1024.0);
+                  static_cast<long long>(sums[1]), max_overhead / 1024.0,
+                  static_cast<long long>(files_bytes));
     }
   }
   MPI_Finalize();

@@ -259,6 +259,7 @@ TEST(ErrorContextTest, OnManyRanksEachRankNamesItselfOnceAndTheFailingRankOnce) 
     }
     LoadOptions options;
     options.comm = &comm;
+    options.read_once = false;  // every rank reads 'w' itself (else one rank reads it for all)
     try {
       load(dest, reader, options);
     } catch (const c10::Error& e) {

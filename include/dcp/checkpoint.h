@@ -102,6 +102,11 @@ struct LoadOptions {
   /// Missing and unexpected keys (see StrictHandling). With kWarnAll and kReturnAll the
   /// default planner loads what the two share (allow_partial_load).
   StrictHandling strict = StrictHandling::kRaiseMissing;
+  /// Read once, broadcast: a tensor box that every rank reads identically (a replicated
+  /// tensor, a DDP model on every rank) is read from storage by one rank and broadcast to the
+  /// others over `comm` (Note [Read once, broadcast]). Python reads it on every rank; false
+  /// does the same here.
+  bool read_once = true;
 };
 
 /// Saves `state` into the directory `checkpoint_id` with a FileSystemWriter. Returns the

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,11 @@ class Communicator {
   virtual void barrier() = 0;
   /// Root's `data` on every rank.
   virtual std::string broadcast(const std::string& data, int root) = 0;
+  /// Root's `nbytes` bytes at `data` into the `nbytes` bytes at `data` on every rank, in place
+  /// (dcp::load's read-once broadcasts of tensor bytes). Every rank passes the same `nbytes`.
+  /// The default goes through broadcast() and copies; implementations that can send from and
+  /// receive into the buffer itself override it.
+  virtual void broadcast_buffer(void* data, size_t nbytes, int root);
   /// Every rank's `data`, in rank order, on root; an empty vector elsewhere.
   virtual std::vector<std::string> gather(const std::string& data, int root) = 0;
   /// Root passes one buffer per rank; each rank gets its own. Non-roots pass an empty vector.

@@ -35,6 +35,8 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   void barrier() override;
   std::string broadcast(const std::string& data, int root) override;
+  /// MPI_Ibcast straight from and into `data`, in pieces of at most 1 GiB (MPI's int count).
+  void broadcast_buffer(void* data, size_t nbytes, int root) override;
   std::vector<std::string> gather(const std::string& data, int root) override;
   std::string scatter(const std::vector<std::string>& data, int root) override;
   std::vector<std::string> all_gather(const std::string& data) override;
@@ -48,8 +50,10 @@ class MpiCommunicator final : public Communicator {
  private:
   // Waits for `requests` until the deadline; on timeout throws naming `what` and the ranks
   // `missing(done)` lists (done[i]: whether requests[i] completed).
+  // `spin`: poll without pausing (bulk transfers, which progress only while polled).
   void wait(std::vector<MPI_Request>& requests, const char* what,
-            const std::function<std::string(const std::vector<bool>&)>& missing);
+            const std::function<std::string(const std::vector<bool>&)>& missing,
+            bool spin = false);
 
   std::chrono::milliseconds timeout_{0};
   MPI_Comm comm_ = MPI_COMM_NULL;

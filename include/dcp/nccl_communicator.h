@@ -38,6 +38,9 @@ class NcclCommunicator final : public Communicator {
   std::string broadcast(const std::string& data, int root) override {
     return bootstrap_.broadcast(data, root);
   }
+  void broadcast_buffer(void* data, size_t nbytes, int root) override {
+    bootstrap_.broadcast_buffer(data, nbytes, root);
+  }
   std::vector<std::string> gather(const std::string& data, int root) override {
     return bootstrap_.gather(data, root);
   }

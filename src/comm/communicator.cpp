@@ -1,9 +1,22 @@
-// SingleProcessCommunicator: every collective over one rank is a local copy.
+// Communicator's default broadcast_buffer, and SingleProcessCommunicator: every collective
+// over one rank is a local copy.
 #include "dcp/communicator.h"
 
 #include <c10/util/Exception.h>
 
+#include <cstring>
+
 namespace dcp {
+
+void Communicator::broadcast_buffer(void* data, size_t nbytes, int root) {
+  const bool is_root = rank() == root;
+  const std::string out =
+      broadcast(is_root ? std::string(static_cast<const char*>(data), nbytes) : std::string(), root);
+  if (is_root) return;
+  TORCH_CHECK(out.size() == nbytes, "broadcast_buffer: rank ", root, " sent ", out.size(),
+              " bytes, rank ", rank(), " expected ", nbytes);
+  if (nbytes > 0) std::memcpy(data, out.data(), nbytes);
+}
 
 std::string SingleProcessCommunicator::broadcast(const std::string& data, int root) {
   TORCH_CHECK(root == 0, "broadcast: root ", root, " out of range for 1 rank");

@@ -14,7 +14,11 @@
 //   1. "read metadata" (broadcast): C reads '.metadata'; every rank gets it.
 //   2. "plan" (reduce_scatter): planner.set_up_planner, reader.set_up_storage_reader, local
 //      plan; C: planner.create_global_plan + reader.prepare_global_plan.
-//   3. "read" (all_gather): planner.finish_plan, reader.read_data.
+//      With LoadOptions::read_once, C also takes the boxes every rank reads alike out of the
+//      plans and gives each a root (Note [Read once, broadcast], shared_reads.cpp).
+//   3. "read" (all_gather): planner.finish_plan, reader.read_data. With shared boxes, a
+//      "prepare reads" step (finish_plan, the roots' buffers) comes first, and "read" reads
+//      on a second thread while this one broadcasts each shared box from its root.
 #include "dcp/checkpoint.h"
 
 #include <c10/util/Exception.h>
@@ -31,6 +35,7 @@
 #include "storage_data.h"
 #include "util/error_context.h"
 #include "protocol/plan_codec.h"
+#include "protocol/shared_reads.h"
 
 namespace dcp {
 namespace {
@@ -327,19 +332,44 @@ LoadResult load(StateDict& state, StorageReader& reader, const LoadOptions& opti
           std::vector<LoadPlan> plans;
           for (const auto& e : encoded) plans.push_back(detail::decode_load_plan(e));
           plans = reader.prepare_global_plan(planner->create_global_plan(std::move(plans)));
+          std::vector<std::vector<detail::SharedRead>> shared(plans.size());
+          if (options.read_once) shared = detail::plan_shared_reads(plans, metadata);
           std::vector<std::string> out;
-          for (const auto& p : plans) out.push_back(detail::encode_load_plan(p));
+          for (size_t r = 0; r < plans.size(); ++r) {
+            out.push_back(detail::encode_load_plan(plans[r], shared[r]));
+          }
           return out;
         });
     events.end(Phase::kPlan);
-    const std::vector<std::string> read = dist.all_gather("read", [&] {
-      events.begin(Phase::kRead);
-      const LoadPlan plan = planner->finish_plan(detail::decode_load_plan(central));
-      reader.read_data(plan, *planner).get();
-      const auto [bytes, files] = bytes_and_files(plan, metadata);
-      events.end(Phase::kRead, true, bytes, files);
-      return std::to_string(bytes) + " " + std::to_string(files);
-    });
+    // The coordinator's own wire format; every rank's list of shared reads has the same length.
+    auto [own, shared_reads] = detail::decode_load_plan_with_shared(central);
+    std::pair<int64_t, int64_t> mine;  // this rank's bytes and files read from storage
+    std::vector<std::string> read;
+    auto report = [&](const LoadPlan& plan) {
+      mine = bytes_and_files(plan, metadata);
+      events.end(Phase::kRead, true, mine.first, mine.second);
+      return std::to_string(mine.first) + " " + std::to_string(mine.second);
+    };
+    if (shared_reads.empty()) {
+      read = dist.all_gather("read", [&] {
+        events.begin(Phase::kRead);
+        const LoadPlan plan = planner->finish_plan(std::move(own));
+        reader.read_data(plan, *planner).get();
+        return report(plan);
+      });
+    } else {  // Note [Read once, broadcast] (shared_reads.cpp)
+      detail::SharedReadExchange shared(std::move(shared_reads), *planner, rank);
+      LoadPlan plan;
+      dist.all_gather("prepare reads", [&] {
+        events.begin(Phase::kRead);
+        plan = shared.reader_plan(planner->finish_plan(std::move(own)));
+        return std::string();
+      });
+      read = dist.all_gather("read", [&] {
+        shared.read_and_exchange(comm, [&] { reader.read_data(plan, shared.planner()).get(); });
+        return report(plan);
+      });
+    }
     int64_t read_bytes = 0, read_files = 0;
     for (const auto& r : read) {  // every rank's: what the coordinator logs
       const auto space = r.find(' ');

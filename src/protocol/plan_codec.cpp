@@ -104,36 +104,84 @@ SavePlan decode_save_plan(const std::string& bytes) {
   return plan;
 }
 
+namespace {
+
+void put_read_item(wire::Writer& w, const ReadItem& item) {
+  w.u8(static_cast<uint8_t>(item.type));
+  put_index(w, item.dest_index);
+  w.ints(item.dest_offsets);
+  put_index(w, item.storage_index);
+  w.ints(item.storage_offsets);
+  w.ints(item.lengths);
+}
+
+ReadItem get_read_item(wire::Reader& r) {
+  ReadItem item;
+  const uint8_t type = r.u8();
+  TORCH_CHECK(type <= static_cast<uint8_t>(LoadItemType::BYTE_IO), "wire: read item type ", int(type));
+  item.type = static_cast<LoadItemType>(type);
+  item.dest_index = get_index(r);
+  item.dest_offsets = r.ints();
+  item.storage_index = get_index(r);
+  item.storage_offsets = r.ints();
+  item.lengths = r.ints();
+  return item;
+}
+
+void put_load_plan(wire::Writer& w, const LoadPlan& plan) {
+  w.i64(static_cast<int64_t>(plan.items.size()));
+  for (const auto& item : plan.items) put_read_item(w, item);
+  w.str(plan.storage_data);
+}
+
+LoadPlan get_load_plan(wire::Reader& r) {
+  LoadPlan plan;
+  plan.items.resize(r.count());
+  for (auto& item : plan.items) item = get_read_item(r);
+  plan.storage_data = r.str();
+  return plan;
+}
+
+}  // namespace
+
 std::string encode_load_plan(const LoadPlan& plan) {
   wire::Writer w;
-  w.i64(static_cast<int64_t>(plan.items.size()));
-  for (const auto& item : plan.items) {
-    w.u8(static_cast<uint8_t>(item.type));
-    put_index(w, item.dest_index);
-    w.ints(item.dest_offsets);
-    put_index(w, item.storage_index);
-    w.ints(item.storage_offsets);
-    w.ints(item.lengths);
-  }
-  w.str(plan.storage_data);
+  put_load_plan(w, plan);
   return w.take();
 }
 
 LoadPlan decode_load_plan(const std::string& bytes) {
   wire::Reader r(bytes);
-  LoadPlan plan;
-  plan.items.resize(r.count());
-  for (auto& item : plan.items) {
-    item.type = static_cast<LoadItemType>(r.u8());
-    item.dest_index = get_index(r);
-    item.dest_offsets = r.ints();
-    item.storage_index = get_index(r);
-    item.storage_offsets = r.ints();
-    item.lengths = r.ints();
-  }
-  plan.storage_data = r.str();
+  LoadPlan plan = get_load_plan(r);
   TORCH_CHECK(r.done(), "wire: trailing bytes after a LoadPlan");
   return plan;
+}
+
+std::string encode_load_plan(const LoadPlan& plan, const std::vector<SharedRead>& shared) {
+  wire::Writer w;
+  put_load_plan(w, plan);
+  w.i64(static_cast<int64_t>(shared.size()));
+  for (const auto& s : shared) {
+    w.i64(s.root);
+    w.i64(s.nbytes);
+    w.i64(static_cast<int64_t>(s.dtype));
+    put_read_item(w, s.item);
+  }
+  return w.take();
+}
+
+std::pair<LoadPlan, std::vector<SharedRead>> decode_load_plan_with_shared(const std::string& bytes) {
+  wire::Reader r(bytes);
+  LoadPlan plan = get_load_plan(r);
+  std::vector<SharedRead> shared(r.count());
+  for (auto& s : shared) {
+    s.root = static_cast<int>(r.i64());
+    s.nbytes = r.i64();
+    s.dtype = static_cast<c10::ScalarType>(r.i64());
+    s.item = get_read_item(r);
+  }
+  TORCH_CHECK(r.done(), "wire: trailing bytes after a LoadPlan");
+  return {std::move(plan), std::move(shared)};
 }
 
 std::string encode_write_results(const std::vector<WriteResult>& results) {

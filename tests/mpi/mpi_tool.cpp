@@ -17,6 +17,9 @@
 //                                      and async_save: every rank gets the error, naming the
 //                                      step and the rank, within the case's time bound, and the
 //                                      previous checkpoint stays whole
+//   mpi_tool read-once <dir>           a replicated state loads bitwise with read-once
+//                                      broadcasts and without; with them the ranks read each
+//                                      record once between them
 // Layouts: row, column, mesh2d. Exit code 0 only when every rank succeeded.
 #include <mpi.h>
 
@@ -341,7 +344,9 @@ void every_rank_case(dcp::Communicator& comm, const std::string& dir) {
       {"load: set_up_planner", last, "plan", loading(Step::kSetUp, false, false)},
       {"load: create_local_plan", last, "plan", loading(Step::kLocalPlan, false, false)},
       {"load: create_global_plan", 0, "plan", loading(Step::kGlobalPlan, false, false)},
-      {"load: finish_plan", last, "read", loading(Step::kFinishPlan, false, false)},
+      // The state holds a replicated tensor, so finish_plan runs in the step that prepares the
+      // read-once broadcasts (Note [Read once, broadcast]).
+      {"load: finish_plan", last, "prepare reads", loading(Step::kFinishPlan, false, false)},
       {"load: read_data", last, "read", loading(Step::kNone, false, true)},
       {"load: commit_tensor", last, "read", loading(Step::kCommit, false, false)},
       // A staging failure travels in the plan step (Note [Failed staging]).
@@ -379,6 +384,46 @@ void every_rank_case(dcp::Communicator& comm, const std::string& dir) {
   load_and_check(comm, good, Layout::kMesh2d);  // untouched by all of it
 }
 
+// Read once, broadcast under mpirun: a replicated state (large boxes broadcast straight, small
+// ones packed) loads bitwise with LoadOptions::read_once on and off; with it, the ranks read the
+// checkpoint's tensor records once between them, without it every rank reads them all.
+void read_once_case(dcp::Communicator& comm, const std::string& dir) {
+  auto state = [&](bool zeros) {
+    dcp::StateDict sd;
+    auto t = [&](c10::ScalarType dtype, std::vector<int64_t> shape, int64_t seed) {
+      at::Tensor v = dcp::testing::make_tensor(dtype, shape, seed);
+      return zeros ? at::zeros_like(v) : v;
+    };
+    sd["big"] = t(at::kFloat, {512, 1024}, 1);
+    sd["big_bf16"] = t(at::kBFloat16, {1024, 1024}, 2);
+    for (int i = 0; i < 30; ++i) sd["small." + std::to_string(i)] = t(at::kFloat, {8, 8 + i}, 10 + i);
+    return sd;
+  };
+  dcp::SaveOptions save_options;
+  save_options.comm = &comm;
+  dcp::save(state(false), dir, save_options);
+  int64_t read[2] = {0, 0};  // this rank's bytes read: with read_once, without
+  for (int once = 1; once >= 0; --once) {
+    dcp::StateDict sd = state(true);
+    dcp::LoadOptions options;
+    options.comm = &comm;
+    options.read_once = once == 1;
+    options.on_event = [&](const dcp::Event& e) {
+      if (e.phase == dcp::Phase::kRead && e.end) read[once] = e.bytes;
+    };
+    dcp::load(sd, dir, options);
+    const std::string diff = dcp::testing::describe_difference(dcp::Value(state(false)), dcp::Value(sd));
+    TORCH_CHECK(diff.empty(), "rank ", comm.rank(), " read_once=", once, ": ", diff);
+  }
+  int64_t total[2] = {0, 0};
+  MPI_Allreduce(read, total, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  const int64_t tensor_bytes = (512 * 1024 + 1024 * 1024 / 2) * 4;  // at least the large records
+  TORCH_CHECK(total[1] >= tensor_bytes && total[1] < tensor_bytes * 11 / 10,
+              "with read_once the ranks read ", total[1], " bytes, not about ", tensor_bytes);
+  TORCH_CHECK(total[0] >= tensor_bytes * comm.size(), "without read_once the ranks read ",
+              total[0], " bytes, not every record each");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -401,6 +446,7 @@ int main(int argc, char** argv) {
       else if (command == "user-comm") user_comm_case(comm, dir);
       else if (command == "async") async_case(comm, dir);
       else if (command == "every-rank") every_rank_case(comm, dir);
+      else if (command == "read-once") read_once_case(comm, dir);
       else TORCH_CHECK(false, "unknown command ", command);
     } catch (const c10::Error& e) {
       std::cerr << "rank " << comm.rank() << ": " << e.what_without_backtrace() << "\n";
