@@ -61,6 +61,35 @@ TEST(AsyncSaveTest, EachSaveHoldsTheValuesOfItsOwnCall) {
   EXPECT_EQ(stats.saves, 4);
 }
 
+// Note [Parallel staging copies]: tensors larger than a copy piece (8 MiB), split over threads,
+// views with a storage offset, non-contiguous tensors (copied on their own) and empty ones are
+// staged bitwise, and the caller may overwrite them as soon as async_save returns.
+TEST(AsyncSaveTest, ParallelStagingCopiesEveryByteOfEveryLayout) {
+  MemoryStorage storage;
+  StagingOptions staging;
+  staging.copy_threads = 3;
+  AsyncSaveOptions options;
+  options.stager = std::make_shared<DefaultStager>(staging);
+  const at::Tensor big = testing::make_tensor(at::kFloat, {5 * 1024 * 1024 + 3}, 1);  // 20 MiB
+  const at::Tensor base = testing::make_tensor(at::kDouble, {40, 30}, 2);
+  const at::Tensor bf16 = testing::make_tensor(at::kBFloat16, {4097}, 3);
+  StateDict sd;
+  sd["big"] = big.clone();
+  sd["offset_view"] = base.clone().narrow(0, 7, 20);  // contiguous, storage offset 210
+  sd["transposed"] = base.clone().t();                // not contiguous
+  sd["bf16"] = bf16.clone();
+  sd["empty"] = at::empty({0, 5});
+  AsyncSaveFuture pending = async_save(sd, std::make_shared<MemoryWriter>(storage, "p"), options);
+  for (const char* k : {"big", "offset_view", "transposed", "bf16"}) sd[k].tensor().fill_(-7);
+  pending.get();
+  StateDict loaded = load_like(sd, storage, "p");
+  EXPECT_TRUE(at::equal(loaded["big"].tensor(), big));
+  EXPECT_TRUE(at::equal(loaded["offset_view"].tensor(), base.narrow(0, 7, 20)));
+  EXPECT_TRUE(at::equal(loaded["transposed"].tensor(), base.t()));
+  EXPECT_TRUE(at::equal(loaded["bf16"].tensor(), bf16));
+  EXPECT_EQ(loaded["empty"].tensor().sizes(), at::IntArrayRef({0, 5}));
+}
+
 TEST(AsyncSaveTest, AtMostMaxInFlightSavesAndTheirMemory) {
   StagingOptions staging;
   staging.max_in_flight = 2;

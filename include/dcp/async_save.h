@@ -42,6 +42,9 @@ struct StagingOptions {
   int max_in_flight = 1;
   /// Stage device tensors in pinned host memory (faster, asynchronous device-to-host copies).
   bool use_pinned_memory = true;
+  /// Threads that copy CPU tensors into their staging buffers, in pieces of 8 MiB (the calling
+  /// thread is one of them); 0: the machine's hardware threads, at most 8.
+  int copy_threads = 0;
 };
 
 /// Counters of a DefaultStager, for tests and monitoring.

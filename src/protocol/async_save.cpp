@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -34,14 +35,23 @@
 
 #include "dcp/filesystem.h"
 #include "util/error_context.h"
+#include "util/parallel.h"
 
 namespace dcp {
 
 namespace {
 
+// A CPU tensor's bytes to copy into its staging buffer (Note [Parallel staging copies]).
+struct CopyJob {
+  void* dst;
+  const void* src;
+  size_t nbytes;
+};
+
 struct Slot {
   bool busy = false;
   std::map<std::string, at::Tensor> buffers;  // key path -> staging buffer
+  std::vector<CopyJob> copies;  // collected by stage(), run by copy_staged(); submit's thread
 };
 
 struct Task {
@@ -117,6 +127,7 @@ struct DefaultStager::Impl {
                                       std::chrono::steady_clock::time_point started,
                                       std::shared_ptr<double> save_seconds);
   Value stage(const Value& value, Slot& slot, const std::string& path);
+  void copy_staged(Slot& slot);
   at::Tensor stage_tensor(const at::Tensor& src, Slot& slot, const std::string& key);
   Communicator* background_comm(Communicator* user_comm);
   void run_worker();
@@ -244,7 +255,12 @@ at::Tensor DefaultStager::Impl::stage_tensor(const at::Tensor& original, Slot& s
     stats_.bytes_allocated += static_cast<int64_t>(buf.numel() * buf.element_size());
   }
   if (src.device().is_cpu()) {
-    buf.copy_(src);
+    if (src.is_contiguous() && src.layout() == c10::kStrided) {
+      slot.copies.push_back(CopyJob{buf.data_ptr(), src.data_ptr(),
+                                    static_cast<size_t>(src.numel()) * src.element_size()});
+    } else {
+      buf.copy_(src);
+    }
     return buf;
   }
   // Device tensor: copy on a side stream that first waits for the work queued on the current
@@ -262,6 +278,35 @@ at::Tensor DefaultStager::Impl::stage_tensor(const at::Tensor& original, Slot& s
   }
   side.synchronize();
   return buf;
+}
+
+// Note [Parallel staging copies]: stage() only collects the copies of contiguous CPU tensors;
+// copy_staged() cuts them into pieces of kCopyPiece bytes and memcpys the pieces on
+// StagingOptions::copy_threads threads (the calling one among them), so that staging a large
+// state runs at the memory's speed rather than one core's. Small tensors are one piece each.
+void DefaultStager::Impl::copy_staged(Slot& slot) {
+  constexpr size_t kCopyPiece = size_t{8} << 20;
+  struct Piece {
+    char* dst;
+    const char* src;
+    size_t nbytes;
+  };
+  std::vector<Piece> pieces;
+  for (const CopyJob& job : slot.copies) {
+    for (size_t done = 0; done < job.nbytes; done += kCopyPiece) {
+      pieces.push_back(Piece{static_cast<char*>(job.dst) + done,
+                             static_cast<const char*>(job.src) + done,
+                             std::min(kCopyPiece, job.nbytes - done)});
+    }
+  }
+  slot.copies.clear();
+  int threads = options_.copy_threads;
+  if (threads <= 0) {
+    threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  }
+  detail::run_parallel(pieces.size(), threads, [&](size_t i) {
+    std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].nbytes);
+  });
 }
 
 Value DefaultStager::Impl::stage(const Value& value, Slot& slot, const std::string& path) {
@@ -330,7 +375,9 @@ std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
   try {
     TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
     task->staged = stage(Value(resolve_stateful(state)), *slot, "").dict();
+    copy_staged(*slot);
   } catch (...) {
+    slot->copies.clear();
     task->staging_failure = std::current_exception();  // Note [Failed staging]
     task->staged = StateDict();
     if (writer == nullptr) writer = std::make_shared<NoWriter>();
