@@ -342,7 +342,11 @@ LoadResult load(StateDict& state, StorageReader& reader, const LoadOptions& opti
         });
     events.end(Phase::kPlan);
     // The coordinator's own wire format; every rank's list of shared reads has the same length.
-    auto [own, shared_reads] = detail::decode_load_plan_with_shared(central);
+    // (No structured binding: lambdas below capture these, which C++17 does not allow.)
+    std::pair<LoadPlan, std::vector<detail::SharedRead>> decoded =
+        detail::decode_load_plan_with_shared(central);
+    LoadPlan own = std::move(decoded.first);
+    std::vector<detail::SharedRead> shared_reads = std::move(decoded.second);
     std::pair<int64_t, int64_t> mine;  // this rank's bytes and files read from storage
     std::vector<std::string> read;
     auto report = [&](const LoadPlan& plan) {
