@@ -239,7 +239,7 @@ TEST(ReadOnceTest, AFailingDestinationOnOneRankRaisesOnEveryRankAfterTheBroadcas
   MemoryStorage storage;
   save_replicated(storage);
   std::vector<std::string> messages(kWorld);
-  std::vector<bool> rest_loaded(kWorld, false);
+  std::vector<int> rest_loaded(kWorld, 0);  // one element per thread (not vector<bool>)
   run_in_process(kWorld, [&](Communicator& comm) {
     StateDict sd = replicated_state(true);
     MemoryReader reader(storage, "ckpt");

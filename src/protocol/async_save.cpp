@@ -374,7 +374,9 @@ std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
   const auto stage_start = std::chrono::steady_clock::now();
   try {
     TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
-    task->staged = stage(Value(resolve_stateful(state)), *slot, "").dict();
+    // Stateful values' state_dict() may return fresh tensors: they must outlive copy_staged.
+    const Value resolved(resolve_stateful(state));
+    task->staged = stage(resolved, *slot, "").dict();
     copy_staged(*slot);
   } catch (...) {
     slot->copies.clear();
