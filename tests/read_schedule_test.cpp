@@ -140,11 +140,28 @@ TEST(ReadScheduleTest, AnnouncedRangesAreHeadDataAndTail) {
     SCOPED_TRACE(c.name);
     LoadPlan plan;
     plan.items = c.items;
-    const auto schedule = schedule_reads(plan, md, ReadOptions{1, c.ranged_reads, 1});
+    // whole_record_bytes 0: this small record is read by ranges (Note [Small records]).
+    const auto schedule = schedule_reads(plan, md, ReadOptions{1, c.ranged_reads, 1, true, 0});
     ASSERT_EQ(schedule.size(), 1u);
     EXPECT_EQ(schedule[0].ranges, c.expected)
         << "got " << show(schedule[0].ranges) << ", expected " << show(c.expected);
   }
+}
+
+// Note [Small records]: a record of at most whole_record_bytes is announced (and read) whole,
+// however little of it a read needs; a longer one by ranges.
+TEST(ReadScheduleTest, RecordsUpToWholeRecordBytesAreAnnouncedWhole) {
+  Metadata md;
+  add_tensor(md, "w", 64, "__0_0.distcp", 1000, 1000);  // a record of 17384 bytes at 1000
+  LoadPlan plan;
+  plan.items = {rows_of("w", 16, 16)};
+  for (const uint64_t limit : {uint64_t{17384}, uint64_t{1} << 20, kWholeRecordBytes}) {
+    SCOPED_TRACE(limit);
+    const auto schedule = schedule_reads(plan, md, ReadOptions{1, true, 1, true, limit});
+    EXPECT_EQ(schedule[0].ranges, (Ranges{{1000, 18384}})) << show(schedule[0].ranges);
+  }
+  const auto ranged = schedule_reads(plan, md, ReadOptions{1, true, 1, true, 17383});
+  EXPECT_EQ(ranged[0].ranges.size(), 3u) << show(ranged[0].ranges);
 }
 
 TEST(ReadScheduleTest, MetadataThatCannotHoldTheChunkIsAnnouncedWhole) {
@@ -153,7 +170,7 @@ TEST(ReadScheduleTest, MetadataThatCannotHoldTheChunkIsAnnouncedWhole) {
   md.storage_data.begin()->second.length = 100;  // shorter than the chunk's 16 KiB
   LoadPlan plan;
   plan.items = {rows_of("w", 0, 1)};
-  const auto schedule = schedule_reads(plan, md, ReadOptions{1, true, 1});
+  const auto schedule = schedule_reads(plan, md, ReadOptions{1, true, 1, true, 0});
   EXPECT_EQ(schedule[0].ranges, (Ranges{{0, 100}}));
 }
 

@@ -143,12 +143,15 @@ TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
   planner.set_up_planner(out, md, true);
   const LoadPlan plan = planner.create_local_plan();
   std::vector<IoEvent> log;
+  detail::ReadOptions ranged;
+  ranged.whole_record_bytes = 0;  // the tensor data is read on its own (Note [Small records])
   detail::read_items(
       plan, planner, md,
       [&](const std::string& name) {
         return std::make_shared<LoggingFile>(name, detail::read_file(dir.sub("ckpt/" + name)),
                                              &log);
-      });
+      },
+      ranged);
   EXPECT_TRUE(testing::describe_difference(Value(sd), Value(out)).empty());
 
   // The tensor data reads of each file (reads of a whole tensor's bytes), in the order made.
@@ -172,8 +175,11 @@ TEST(ReadOrderTest, EachFileIsReadFrontToBack) {
 }
 
 // Loads checkpoint `dir` into `out` through read_items with the given prefetch window, and
-// returns the log of reads and hints.
-std::vector<IoEvent> load_logged(const std::string& dir, StateDict& out, uint64_t prefetch) {
+// returns the log of reads and hints. By default, records are read by ranges and only touching
+// hints merge, whatever their size (whole_record_bytes and prefetch_merge_gap 0).
+std::vector<IoEvent> load_logged(const std::string& dir, StateDict& out, uint64_t prefetch,
+                                 uint64_t whole_record_bytes = 0,
+                                 uint64_t prefetch_merge_gap = 0) {
   FileSystemReader reader(dir);
   const Metadata md = reader.read_metadata();
   DefaultLoadPlanner planner;
@@ -182,6 +188,8 @@ std::vector<IoEvent> load_logged(const std::string& dir, StateDict& out, uint64_
   std::vector<IoEvent> log;
   detail::ReadOptions options;
   options.prefetch_bytes = prefetch;
+  options.whole_record_bytes = whole_record_bytes;
+  options.prefetch_merge_gap = prefetch_merge_gap;
   detail::read_items(
       plan, planner, md,
       [&](const std::string& name) {
@@ -259,6 +267,47 @@ TEST(PrefetchTest, HintsCoverEveryReadBeforeItAndLittleElse) {
   const std::vector<IoEvent> off = load_logged(dir.sub("ckpt"), none, 0);
   EXPECT_TRUE(std::none_of(off.begin(), off.end(), [](const IoEvent& e) { return e.prefetch; }));
   EXPECT_TRUE(testing::describe_difference(Value(saved), Value(none)).empty());
+}
+
+// Note [Small records] and Note [Prefetch]: with the default options, a model of many small
+// tensors is read with one read per record, and the announcements of records that follow each
+// other in a file merge into a few large hints, each sent before the first read it covers.
+TEST(PrefetchTest, SmallRecordsAreOneReadEachAndTheirHintsMerge) {
+  StateDict saved;
+  for (int k = 0; k < 40; ++k) {
+    saved["norm" + std::to_string(k)] = testing::make_tensor(at::kFloat, {256 + 16 * k}, k);
+  }
+  saved["step"] = Value(int64_t{7});
+  testing::TempDir dir;
+  save(saved, *std::make_unique<FileSystemWriter>(dir.sub("ckpt")));
+  const size_t records = 41;
+
+  StateDict out = testing::blank_like(saved);
+  const std::vector<IoEvent> log = load_logged(dir.sub("ckpt"), out, 1 << 30, detail::kWholeRecordBytes,
+                                               detail::kPrefetchMergeGap);
+  EXPECT_TRUE(testing::describe_difference(Value(saved), Value(out)).empty());
+  std::vector<IoEvent> hints;
+  size_t reads = 0;
+  for (const IoEvent& e : log) {
+    if (e.prefetch) {
+      hints.push_back(e);
+      continue;
+    }
+    ++reads;
+    EXPECT_TRUE(std::any_of(hints.begin(), hints.end(), [&](const IoEvent& h) {
+      return h.file == e.file && h.begin <= e.begin && e.end <= h.end;
+    })) << "read of " << e.file << " [" << e.begin << ", " << e.end << ") was not announced";
+  }
+  EXPECT_EQ(reads, records);
+  EXPECT_LE(hints.size(), 2u);  // one data file (one per rank and thread), under 2 MiB in all
+
+  // Read by ranges, each record takes several reads and hints.
+  StateDict ranged = testing::blank_like(saved);
+  const std::vector<IoEvent> by_ranges = load_logged(dir.sub("ckpt"), ranged, 1 << 30);
+  EXPECT_TRUE(testing::describe_difference(Value(saved), Value(ranged)).empty());
+  const size_t ranged_reads = std::count_if(by_ranges.begin(), by_ranges.end(),
+                                            [](const IoEvent& e) { return !e.prefetch; });
+  EXPECT_GE(ranged_reads, 3 * (records - 1));
 }
 
 // Odd-sized writes, from a few bytes to more than the staging buffer, land in the file in

@@ -150,9 +150,20 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
 
   std::mutex announce_mu;
   size_t announced = 0;  // records [0, announced) have been announced; guarded by announce_mu
-  auto announce_through = [&](size_t end) {
+  // Ranges are merged across records while the gap to the next is within prefetch_merge_gap,
+  // up to kPrefetchMergeMax bytes. The merged range is held back until the next range does not
+  // join it, it is full, the announcements reach the schedule's end, or the record about to be
+  // read lies in it.
+  std::shared_ptr<const InputFile> pending_file;  // guarded by announce_mu
+  const std::string* pending_path = nullptr;      // guarded by announce_mu
+  ByteRange pending{0, 0};                        // guarded by announce_mu
+  auto flush = [&] {
+    if (pending_file && pending.size() > 0) pending_file->prefetch(pending.begin, pending.size());
+    pending_file.reset();
+  };
+  auto announce_through = [&](const RecordRead& reading) {
     std::lock_guard<std::mutex> lock(announce_mu);
-    for (; announced < end; ++announced) {
+    for (; announced < reading.announce_end; ++announced) {
       const RecordRead& next = schedule[announced];
       std::shared_ptr<const InputFile> f;
       try {
@@ -160,24 +171,49 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
       } catch (const c10::Error&) {
         continue;  // only a hint: reading that record will report the error, with its context
       }
-      for (const ByteRange& r : next.ranges) f->prefetch(r.begin, r.size());
+      for (const ByteRange& r : next.ranges) {
+        if (pending_file == f && r.begin >= pending.begin &&
+            r.begin <= pending.end + options.prefetch_merge_gap &&
+            std::max(pending.end, r.end) - pending.begin <= kPrefetchMergeMax) {
+          pending.end = std::max(pending.end, r.end);
+          continue;
+        }
+        flush();
+        pending_file = f;
+        pending_path = &next.info->relative_path;
+        pending = r;
+      }
+    }
+    if (!pending_file) return;
+    const uint64_t reading_end =
+        static_cast<uint64_t>(reading.info->offset) + static_cast<uint64_t>(reading.info->length);
+    if (announced == schedule.size() ||
+        (*pending_path == reading.info->relative_path && pending.begin < reading_end)) {
+      flush();
     }
   };
 
   run_parallel(schedule.size(), options.thread_count, [&](size_t w) {
     const RecordRead& record = schedule[w];
-    announce_through(record.announce_end);
+    announce_through(record);
     const MetadataIndex& index = record.items.front()->storage_index;
     const StorageInfo& info = *record.info;
     with_context(
         [&] {
           const ItemSource source(file(info.relative_path), info);
           std::optional<BufferSource> decoded;
-          const uint64_t bound = is_zstd_item(info.transform_descriptors)
-                                     ? decoded_size_bound(metadata, *record.items.front())
-                                     : 0;
-          read_record(decoded_record(source, info, bound, decoded), record.items, planner,
-                      options);
+          if (is_zstd_item(info.transform_descriptors)) {
+            const uint64_t bound = decoded_size_bound(metadata, *record.items.front());
+            read_record(decoded_record(source, info, bound, decoded), record.items, planner,
+                        options);
+          } else if (source.size() <= options.whole_record_bytes) {  // Note [Small records]
+            std::string bytes(source.size(), '\0');
+            source.read(0, bytes.data(), bytes.size());
+            decoded.emplace(std::move(bytes), source.describe());
+            read_record(*decoded, record.items, planner, options);
+          } else {
+            read_record(source, record.items, planner, options);
+          }
         },
         [&] {
           return c10::str("reading '", index.fqn, "' from '",

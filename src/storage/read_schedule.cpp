@@ -82,14 +82,16 @@ namespace {
 
 // The byte ranges of the file that reading one record will touch, sorted and disjoint.
 std::vector<ByteRange> record_ranges(const RecordRead& record, const Metadata& metadata,
-                                     bool ranged_reads) {
+                                     const ReadOptions& options) {
   const StorageInfo& info = *record.info;
   const uint64_t o = static_cast<uint64_t>(info.offset);
   const uint64_t l = static_cast<uint64_t>(info.length);
   const std::vector<ByteRange> whole{{o, o + l}};
-  if (!ranged_reads || record.items.front()->type == LoadItemType::BYTE_IO ||
-      !info.transform_descriptors.empty()) {
-    return whole;  // compressed items are read whole (Note [Compressed items], read_items.cpp)
+  if (!options.ranged_reads || record.items.front()->type == LoadItemType::BYTE_IO ||
+      !info.transform_descriptors.empty() || l <= options.whole_record_bytes) {
+    // Read whole: compressed items (Note [Compressed items], read_items.cpp) and small records
+    // (Note [Small records], read_schedule.h).
+    return whole;
   }
   c10::ScalarType dtype;
   const ChunkStorageMetadata* chunk =
@@ -185,7 +187,7 @@ std::vector<RecordRead> schedule_reads(const LoadPlan& plan, const Metadata& met
   std::vector<uint64_t> ahead{0};
   ahead.reserve(records.size() + 1);
   for (RecordRead& record : records) {
-    record.ranges = record_ranges(record, metadata, options.ranged_reads);
+    record.ranges = record_ranges(record, metadata, options);
     uint64_t bytes = 0;
     for (const ByteRange& r : record.ranges) bytes += r.size();
     ahead.push_back(ahead.back() + bytes);

@@ -13,6 +13,19 @@
 
 namespace dcp::detail {
 
+/// Note [Small records]: a record of at most ReadOptions::whole_record_bytes is read whole with
+/// one read and parsed from memory, instead of one read each for its zip directory, its
+/// data.pkl and its tensor bytes. A model's many small tensors (norms, biases) then cost one
+/// system call each, and one announced range (Note [Prefetch]).
+inline constexpr uint64_t kWholeRecordBytes = uint64_t{256} << 10;
+
+/// Announcements closer than ReadOptions::prefetch_merge_gap to the previous one in the same
+/// file are merged into one (Note [Prefetch]): the bytes between are few, and one large hint
+/// becomes large requests at the disk where thousands of small ones became small requests.
+/// A merged announcement is sent once it spans kPrefetchMergeMax bytes.
+inline constexpr uint64_t kPrefetchMergeGap = uint64_t{64} << 10;
+inline constexpr uint64_t kPrefetchMergeMax = uint64_t{2} << 20;
+
 /// How read_items reads.
 struct ReadOptions {
   /// IO threads.
@@ -26,6 +39,10 @@ struct ReadOptions {
   uint64_t prefetch_bytes = 0;
   /// Check the CRC-32 of every tensor storage read whole (Note [CRC on load]).
   bool verify_crc32 = true;
+  /// Records of at most this many bytes are read whole (Note [Small records]); 0: none.
+  uint64_t whole_record_bytes = kWholeRecordBytes;
+  /// Announced ranges this close are merged (kPrefetchMergeGap); 0 merges only touching ones.
+  uint64_t prefetch_merge_gap = kPrefetchMergeGap;
 };
 
 /// One record, read once for all the plan's reads of it.
