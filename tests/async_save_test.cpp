@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 
@@ -88,6 +91,122 @@ TEST(AsyncSaveTest, ParallelStagingCopiesEveryByteOfEveryLayout) {
   EXPECT_TRUE(at::equal(loaded["transposed"].tensor(), base.t()));
   EXPECT_TRUE(at::equal(loaded["bf16"].tensor(), bf16));
   EXPECT_EQ(loaded["empty"].tensor().sizes(), at::IntArrayRef({0, 5}));
+}
+
+// Without use_async_staging, async_save returns once staging is done: the staging future is
+// ready at once.
+TEST(AsyncSaveTest, StagingIsCompleteWhenAsyncSaveReturns) {
+  MemoryStorage storage;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {128, 64}, 1);
+  AsyncSaveFuture pending = async_save(sd, std::make_shared<MemoryWriter>(storage, "s"));
+  EXPECT_EQ(pending.staging_completion().wait_for(std::chrono::seconds(0)),
+            std::future_status::ready);
+  EXPECT_LE(pending.staging_seconds(), pending.blocking_seconds());
+  pending.get();
+}
+
+// Note [Asynchronous staging]: async_save returns before the staging copies are done (the end
+// of the kStage event, reported on the staging thread, waits here until the call has
+// returned), the staged values are those of the call once staging_completion() is ready, and a
+// tensor the caller drops right after the call is still staged whole.
+TEST(AsyncSaveTest, AsyncStagingReturnsBeforeTheCopiesAndSavesTheValuesOfTheCall) {
+  MemoryStorage storage;
+  StagingOptions staging;
+  staging.use_async_staging = true;
+  staging.copy_threads = 2;
+  AsyncSaveOptions options;
+  options.stager = std::make_shared<DefaultStager>(staging);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool returned = false;                 // guarded by mu
+  bool staged_after_return = false;      // guarded by mu
+  std::thread::id caller = std::this_thread::get_id(), stage_end_thread;
+  options.on_event = [&](const Event& e) {
+    if (e.phase != Phase::kStage || !e.end) return;
+    std::unique_lock<std::mutex> lock(mu);
+    stage_end_thread = std::this_thread::get_id();
+    staged_after_return = cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned; });
+  };
+  const at::Tensor big = testing::make_tensor(at::kFloat, {3 * 1024 * 1024 + 5}, 1);  // 12 MiB
+  const at::Tensor base = testing::make_tensor(at::kDouble, {40, 30}, 2);
+  const at::Tensor dropped = testing::make_tensor(at::kInt, {2 * 1024 * 1024}, 3);
+  StateDict sd;
+  sd["big"] = big.clone();
+  sd["transposed"] = base.clone().t();  // a strided copy
+  sd["dropped"] = dropped.clone();
+  sd["step"] = 7;
+  AsyncSaveFuture pending = async_save(sd, std::make_shared<MemoryWriter>(storage, "a"), options);
+  sd["dropped"] = at::full({2 * 1024 * 1024}, -7, at::kInt);  // the call's tensor is released
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    returned = true;
+  }
+  cv.notify_all();
+  pending.staging_completion().get();
+  for (const char* k : {"big", "transposed"}) sd[k].tensor().fill_(-7);
+  sd["step"] = 8;
+  pending.get();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(staged_after_return) << "async_save waited for the staging copies";
+    EXPECT_NE(stage_end_thread, caller);
+  }
+  EXPECT_LT(pending.blocking_seconds(), pending.staging_seconds());
+  EXPECT_LE(pending.staging_seconds(), pending.save_seconds());
+  StateDict loaded = load_like(sd, storage, "a");
+  EXPECT_TRUE(at::equal(loaded["big"].tensor(), big));
+  EXPECT_TRUE(at::equal(loaded["transposed"].tensor(), base.t()));
+  EXPECT_TRUE(at::equal(loaded["dropped"].tensor(), dropped));
+  EXPECT_EQ(loaded["step"], Value(7));
+}
+
+// Asynchronous staging keeps the order of saves and the reuse of buffers, with several in
+// flight.
+TEST(AsyncSaveTest, AsyncStagingKeepsOrderAndReusesBuffers) {
+  MemoryStorage storage;
+  StagingOptions staging;
+  staging.use_async_staging = true;
+  staging.max_in_flight = 2;
+  auto stager = std::make_shared<DefaultStager>(staging);
+  AsyncSaveOptions options;
+  options.stager = stager;
+  StateDict sd;
+  sd["w"] = at::zeros({256, 256});
+  std::vector<AsyncSaveFuture> pending;
+  for (int step = 1; step <= 5; ++step) {
+    sd["w"].tensor().fill_(static_cast<double>(step));
+    pending.push_back(async_save(
+        sd, std::make_shared<MemoryWriter>(storage, "o" + std::to_string(step)), options));
+    pending.back().staging_completion().get();
+  }
+  for (int step = 1; step <= 5; ++step) {
+    pending[step - 1].get();
+    StateDict loaded = load_like(sd, storage, "o" + std::to_string(step));
+    EXPECT_TRUE(at::equal(loaded["w"].tensor(), at::full({256, 256}, static_cast<double>(step))))
+        << "save " << step;
+  }
+  EXPECT_EQ(stager->stats().allocations, 2);
+  EXPECT_EQ(stager->stats().saves, 5);
+}
+
+// A staging failure with use_async_staging fails the staging future as well as the save's.
+TEST(AsyncSaveTest, AsyncStagingFailureReachesBothFutures) {
+  MemoryStorage storage;
+  StagingOptions staging;
+  staging.use_async_staging = true;
+  AsyncSaveOptions options;
+  options.stager = std::make_shared<DefaultStager>(staging);
+  StateDict sd;
+  sd["w"] = at::ones({8});
+  sd["broken"] = at::Tensor();
+  AsyncSaveFuture pending = async_save(sd, std::make_shared<MemoryWriter>(storage, "f"), options);
+  EXPECT_THROW(pending.staging_completion().get(), c10::Error);
+  EXPECT_THROW(pending.get(), c10::Error);
+  EXPECT_FALSE(storage.get("f", ".metadata").has_value());
+  sd.erase("broken");
+  async_save(sd, std::make_shared<MemoryWriter>(storage, "g"), options).get();
+  EXPECT_TRUE(storage.get("g", ".metadata").has_value());
 }
 
 TEST(AsyncSaveTest, AtMostMaxInFlightSavesAndTheirMemory) {

@@ -10,6 +10,15 @@
 //   ... train; the state may change right away ...
 //   pending.get();   // the Metadata, or the save's error (on every rank)
 //
+// Python's use_async_staging (StagingOptions::use_async_staging): async_save returns once the
+// staging buffers are allocated and the copies are queued; the copies run on the stager's
+// staging thread. The state must then stay unchanged until pending.staging_completion() is
+// ready (the training step's optimizer update waits for it):
+//
+//   auto pending = dcp::async_save(state, "/shared/ckpt/step_7000", options);
+//   loss.backward();                       // reads the state, overlaps the staging copies
+//   pending.staging_completion().wait();   // before optimizer.step() changes the state
+//
 // Memory: a DefaultStager keeps `max_in_flight` staging copies of the state (one per save that
 // may be in flight), reused across saves of the same structure; CPU tensors are staged in
 // ordinary host memory, device tensors in page-locked ("pinned") host memory through a copy on
@@ -45,6 +54,10 @@ struct StagingOptions {
   /// Threads that copy CPU tensors into their staging buffers, in pieces of 8 MiB (the calling
   /// thread is one of them); 0: the machine's hardware threads, at most 8.
   int copy_threads = 0;
+  /// Python's use_async_staging: async_save returns before the staging copies are done (they
+  /// run on the stager's staging thread). The caller must not change the state's tensors until
+  /// AsyncSaveFuture::staging_completion() is ready; the stager keeps them alive until then.
+  bool use_async_staging = false;
 };
 
 /// Counters of a DefaultStager, for tests and monitoring.
@@ -72,6 +85,10 @@ class DefaultStager {
   std::unique_ptr<Impl> impl_;
 };
 
+namespace detail {
+struct AsyncSaveTimes;  // staging and save seconds (async_save.cpp)
+}  // namespace detail
+
 /// The handle of one asynchronous save.
 class AsyncSaveFuture {
  public:
@@ -83,17 +100,28 @@ class AsyncSaveFuture {
   bool done() const;
   /// Waits, then returns the committed Metadata or rethrows the save's error.
   Metadata get() const;
-  /// Seconds the caller was blocked in async_save (waiting for a slot, then staging).
+  /// Ready once the state has been copied into staging memory (at once without
+  /// use_async_staging); from then on the caller may change the state. Python's
+  /// AsyncSaveResponse.staging_completion. A staging failure is rethrown by its get() as well as
+  /// by this future's get().
+  std::shared_future<void> staging_completion() const;
+  /// Seconds the caller was blocked in async_save (waiting for a slot, then staging; with
+  /// use_async_staging, the copies are not part of it).
   double blocking_seconds() const { return blocking_seconds_; }
+  /// Waits for staging, then returns the seconds from the async_save call until the state was
+  /// staged.
+  double staging_seconds() const;
   /// Waits, then returns the seconds from the async_save call until the save finished.
   double save_seconds() const;
 
  private:
   friend struct AsyncSaveAccess;
   std::shared_future<Metadata> future_;
+  std::shared_future<void> staged_;
   std::shared_ptr<DefaultStager> owned_stager_;  // set when async_save made the stager
   double blocking_seconds_ = 0;
-  std::shared_ptr<const double> save_seconds_;  // written by the worker before the future is ready
+  // Each time is written before the future that reports it becomes ready.
+  std::shared_ptr<const detail::AsyncSaveTimes> times_;
 };
 
 /// dcp::save's options (the planner is kept until the background save ends; the communicator
@@ -104,8 +132,9 @@ struct AsyncSaveOptions : SaveOptions {
   std::shared_ptr<DefaultStager> stager;
 };
 
-/// Stages `state` (the caller may modify or free its tensors once this returns), then saves
-/// the staged copy in the background into the directory `checkpoint_id`.
+/// Stages `state` (the caller may modify or free its tensors once this returns, or with
+/// use_async_staging once staging_completion() is ready), then saves the staged copy in the
+/// background into the directory `checkpoint_id`.
 /// Every rank calls it, in the same order relative to its other collectives on `comm`.
 /// Failures, staging ones included (an undefined tensor, memory exhausted), do not throw here:
 /// they fail the returned future, and the same error reaches every rank's future, so that no

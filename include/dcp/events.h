@@ -13,7 +13,8 @@ namespace dcp {
 enum class Phase {
   kSave,    // a whole dcp::save (or the background part of an async_save)
   kLoad,    // a whole dcp::load
-  kStage,   // async_save: copying the state into staging buffers (the caller is blocked)
+  kStage,   // async_save: copying the state into staging buffers (the caller is blocked,
+            // unless StagingOptions::use_async_staging)
   kPlan,    // local and global planning
   kWrite,   // this rank writing its data files
   kCommit,  // the coordinator writing '.metadata' (the commit)
@@ -39,7 +40,8 @@ struct Event {
 };
 
 /// Called on the calling thread of the rank (the background thread for an async save's
-/// phases after staging). Must not throw.
+/// phases after staging, and the staging thread for the end of kStage with
+/// StagingOptions::use_async_staging). Must not throw.
 using EventHook = std::function<void(const Event&)>;
 
 enum class LogLevel { kOff, kInfo, kDebug };

@@ -3,10 +3,14 @@
 // async_save, on the caller's thread:
 //   1. take a free staging slot (waits while max_in_flight saves are pending);
 //   2. the first time for a communicator: duplicate it (collective) for the background work;
-//   3. copy every tensor of the state into the slot's buffers (reused when the key, shape and
-//      dtype repeat; CPU tensors with a plain copy, device tensors into pinned memory on a side
-//      stream of their device, then waited for) and copy the non-tensor values;
-//   4. queue the staged state and return the future.
+//   3. stage: give every tensor of the state a buffer in the slot (reused when the key, shape
+//      and dtype repeat), queue its copy (CPU tensors: memcpy pieces or a strided copy; device
+//      tensors: a copy into pinned memory on a side stream of their device), and copy the
+//      non-tensor values;
+//   4. run the copies and wait for them (Note [Parallel staging copies]), fulfil the staging
+//      future, queue the staged state for the worker and return the futures. With
+//      StagingOptions::use_async_staging, the task goes to the staging thread instead, which
+//      runs step 4 while the caller goes on (Note [Asynchronous staging]).
 // The worker thread, in submission order: dcp::save(staged state) on the duplicated
 // communicator, fulfil the future, free the slot.
 //
@@ -39,6 +43,13 @@
 
 namespace dcp {
 
+namespace detail {
+struct AsyncSaveTimes {
+  double staging = 0;  // written before AsyncSaveFuture::staged_ is ready
+  double save = 0;     // written before AsyncSaveFuture::future_ is ready
+};
+}  // namespace detail
+
 namespace {
 
 // A CPU tensor's bytes to copy into its staging buffer (Note [Parallel staging copies]).
@@ -48,22 +59,32 @@ struct CopyJob {
   size_t nbytes;
 };
 
+// The copies stage() queued, which copy_staged() runs. Used by one thread at a time: submit's,
+// then (with use_async_staging) the staging thread's.
 struct Slot {
   bool busy = false;
   std::map<std::string, at::Tensor> buffers;  // key path -> staging buffer
-  std::vector<CopyJob> copies;  // collected by stage(), run by copy_staged(); submit's thread
+  std::vector<CopyJob> copies;                // contiguous CPU tensors
+  std::vector<std::pair<at::Tensor, at::Tensor>> tensor_copies;  // (buffer, source), other CPU
+  std::vector<c10::Stream> streams;  // side streams with device-to-host copies in flight
 };
 
 struct Task {
   StateDict staged;
+  // The state as the call resolved it (Stateful values' state_dict() may return fresh
+  // tensors): keeps every source alive until its copy is done.
+  std::optional<Value> sources;
   std::exception_ptr staging_failure;  // set when staging failed (Note [Failed staging])
   std::shared_ptr<StorageWriter> writer;
   SaveOptions options;
   std::optional<std::string> checkpoint_id;
   std::promise<Metadata> promise;
+  std::promise<void> staged_promise;
+  Event staging;  // the kStage event, reported to options.on_event at its start and end
   Slot* slot = nullptr;
   std::chrono::steady_clock::time_point started;
-  std::shared_ptr<double> save_seconds;
+  std::chrono::steady_clock::time_point stage_start;
+  std::shared_ptr<detail::AsyncSaveTimes> times;
 };
 
 // Note [Failed staging]: when staging (or the call's own checks) fails on one rank, the other
@@ -105,6 +126,10 @@ class NoWriter : public StorageWriter {
 // self-delimiting: "s<length>:<chars>" for a string key, "i<n>;" for an int key, "l<i>;" /
 // "t<i>;" for a list / tuple index, "#<i>;" for a local shard. The keys of distinct places thus
 // differ (a prefix code), where joining with '/' mixed {"a/b": t1} with {"a": {"b": t2}}.
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 std::string buffer_key_step(const Key& key) {
   if (const auto* s = std::get_if<std::string>(&key)) {
     return "s" + std::to_string(s->size()) + ":" + *s;
@@ -115,32 +140,40 @@ std::string buffer_key_step(const Key& key) {
 }  // namespace
 
 // Everything a DefaultStager owns. Thread-safety: submit and stats from the caller's thread,
-// run_worker on the worker thread; mu_ guards the shared state below it.
+// run_stager on the staging thread, run_worker on the worker thread; mu_ guards the shared
+// state below it.
 struct DefaultStager::Impl {
   explicit Impl(StagingOptions options);
   ~Impl();
 
-  std::shared_future<Metadata> submit(const StateDict& state,
-                                      std::shared_ptr<StorageWriter> writer,
-                                      const SaveOptions& options,
-                                      const std::optional<std::string>& checkpoint_id,
-                                      std::chrono::steady_clock::time_point started,
-                                      std::shared_ptr<double> save_seconds);
+  // What an AsyncSaveFuture holds of one submitted save.
+  struct Submitted {
+    std::shared_future<Metadata> saved;
+    std::shared_future<void> staged;
+    std::shared_ptr<const detail::AsyncSaveTimes> times;
+  };
+  Submitted submit(const StateDict& state, std::shared_ptr<StorageWriter> writer,
+                   const SaveOptions& options, const std::optional<std::string>& checkpoint_id);
   Value stage(const Value& value, Slot& slot, const std::string& path);
   void copy_staged(Slot& slot);
+  void finish_staging(Task& task);
   at::Tensor stage_tensor(const at::Tensor& src, Slot& slot, const std::string& key);
   Communicator* background_comm(Communicator* user_comm);
+  void run_stager();
   void run_worker();
 
   const StagingOptions options_;
   mutable std::mutex mu_;                 // guards everything below
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Slot>> slots_;
-  std::deque<std::unique_ptr<Task>> queue_;
-  bool stopping_ = false;
+  std::deque<std::unique_ptr<Task>> staging_queue_;  // staged asynchronously, in order
+  std::deque<std::unique_ptr<Task>> queue_;          // staged, waiting for the worker
+  bool stopping_ = false;                 // no new saves; the stager drains its queue
+  bool stager_done_ = false;              // the staging thread has ended; the worker drains
   StagingStats stats_;
   Communicator* user_comm_ = nullptr;     // the communicator background_ duplicates
   std::unique_ptr<Communicator> background_;
+  std::thread stager_;                    // with use_async_staging only
   std::thread worker_;                    // started last
 };
 
@@ -149,13 +182,14 @@ struct AsyncSaveAccess {
                               const StateDict& state, std::shared_ptr<StorageWriter> writer,
                               const SaveOptions& options, const std::optional<std::string>& id) {
     const auto started = std::chrono::steady_clock::now();
-    auto save_seconds = std::make_shared<double>(0.0);
     AsyncSaveFuture out;
-    out.future_ = stager.impl_->submit(state, std::move(writer), options, id, started, save_seconds);
-    out.blocking_seconds_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    DefaultStager::Impl::Submitted submitted =
+        stager.impl_->submit(state, std::move(writer), options, id);
+    out.future_ = std::move(submitted.saved);
+    out.staged_ = std::move(submitted.staged);
+    out.times_ = std::move(submitted.times);
+    out.blocking_seconds_ = seconds_since(started);
     out.owned_stager_ = std::move(owned);
-    out.save_seconds_ = std::move(save_seconds);
     return out;
   }
 };
@@ -172,6 +206,7 @@ StagingStats DefaultStager::stats() const {
 DefaultStager::Impl::Impl(StagingOptions options) : options_(options) {
   TORCH_CHECK(options_.max_in_flight >= 1, "StagingOptions::max_in_flight must be >= 1");
   for (int i = 0; i < options_.max_in_flight; ++i) slots_.push_back(std::make_unique<Slot>());
+  if (options_.use_async_staging) stager_ = std::thread([this] { run_stager(); });
   worker_ = std::thread([this] { run_worker(); });
 }
 
@@ -181,7 +216,38 @@ DefaultStager::Impl::~Impl() {
     stopping_ = true;
   }
   cv_.notify_all();
+  if (stager_.joinable()) stager_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stager_done_ = true;
+  }
+  cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+}
+
+// Note [Asynchronous staging]: with use_async_staging, submit() only allocates the buffers and
+// queues the copies (stage()); this thread runs them (copy_staged()) in submission order,
+// fulfils the staging future, and only then hands the task to the worker, so the worker never
+// writes a buffer still being filled. The task holds references to the sources until their
+// copies are done, so a caller that drops its tensors early frees nothing that is still read;
+// changing them before staging_completion() is what the caller must not do.
+void DefaultStager::Impl::run_stager() {
+  while (true) {
+    std::unique_ptr<Task> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !staging_queue_.empty() || stopping_; });
+      if (staging_queue_.empty()) return;  // stopping, and nothing left to stage
+      task = std::move(staging_queue_.front());
+      staging_queue_.pop_front();
+    }
+    finish_staging(*task);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+  }
 }
 
 void DefaultStager::Impl::run_worker() {
@@ -189,15 +255,12 @@ void DefaultStager::Impl::run_worker() {
     std::unique_ptr<Task> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      cv_.wait(lock, [&] { return !queue_.empty() || (stopping_ && stager_done_); });
       if (queue_.empty()) return;  // stopping, and nothing left to write
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    auto finished = [&] {
-      *task->save_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - task->started).count();
-    };
+    auto finished = [&] { task->times->save = seconds_since(task->started); };
     try {
       if (task->staging_failure) {  // Note [Failed staging]
         task->options.planner = std::make_shared<FailedStagingPlanner>(task->staging_failure);
@@ -259,12 +322,12 @@ at::Tensor DefaultStager::Impl::stage_tensor(const at::Tensor& original, Slot& s
       slot.copies.push_back(CopyJob{buf.data_ptr(), src.data_ptr(),
                                     static_cast<size_t>(src.numel()) * src.element_size()});
     } else {
-      buf.copy_(src);
+      slot.tensor_copies.emplace_back(buf, src);
     }
     return buf;
   }
   // Device tensor: copy on a side stream that first waits for the work queued on the current
-  // stream, then wait for the copy (async_save returns once staging is complete).
+  // stream; copy_staged waits for the side stream.
   const c10::Device device = src.device();
   c10::impl::VirtualGuardImpl impl(device.type());
   const c10::Stream current = impl.getStream(device);
@@ -276,14 +339,16 @@ at::Tensor DefaultStager::Impl::stage_tensor(const at::Tensor& original, Slot& s
     c10::StreamGuard guard(side);
     buf.copy_(src, /*non_blocking=*/options_.use_pinned_memory);
   }
-  side.synchronize();
+  if (slot.streams.empty() || slot.streams.back() != side) slot.streams.push_back(side);
   return buf;
 }
 
-// Note [Parallel staging copies]: stage() only collects the copies of contiguous CPU tensors;
-// copy_staged() cuts them into pieces of kCopyPiece bytes and memcpys the pieces on
+// Note [Parallel staging copies]: stage() only collects the copies; copy_staged() cuts those of
+// contiguous CPU tensors into pieces of kCopyPiece bytes and memcpys the pieces on
 // StagingOptions::copy_threads threads (the calling one among them), so that staging a large
 // state runs at the memory's speed rather than one core's. Small tensors are one piece each.
+// Then it runs the strided CPU copies and waits for the device copies' side streams. On
+// failure as on success, the slot's queued copies are dropped.
 void DefaultStager::Impl::copy_staged(Slot& slot) {
   constexpr size_t kCopyPiece = size_t{8} << 20;
   struct Piece {
@@ -300,6 +365,10 @@ void DefaultStager::Impl::copy_staged(Slot& slot) {
     }
   }
   slot.copies.clear();
+  auto tensor_copies = std::move(slot.tensor_copies);
+  auto streams = std::move(slot.streams);
+  slot.tensor_copies.clear();
+  slot.streams.clear();
   int threads = options_.copy_threads;
   if (threads <= 0) {
     threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
@@ -307,6 +376,30 @@ void DefaultStager::Impl::copy_staged(Slot& slot) {
   detail::run_parallel(pieces.size(), threads, [&](size_t i) {
     std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].nbytes);
   });
+  for (auto& [buf, src] : tensor_copies) buf.copy_(src);
+  for (const c10::Stream& stream : streams) stream.synchronize();
+}
+
+// Step 4 for one task: the copies, then the staging event's end and the staging future. A
+// failed copy makes the task a failed staging (Note [Failed staging]).
+void DefaultStager::Impl::finish_staging(Task& task) {
+  try {
+    copy_staged(*task.slot);
+  } catch (...) {
+    task.staging_failure = std::current_exception();
+    task.staged = StateDict();
+    task.staging.ok = false;
+  }
+  task.sources.reset();
+  task.staging.end = true;
+  task.staging.seconds = seconds_since(task.stage_start);
+  if (task.options.on_event) task.options.on_event(task.staging);
+  task.times->staging = seconds_since(task.started);
+  if (task.staging_failure) {
+    task.staged_promise.set_exception(task.staging_failure);
+  } else {
+    task.staged_promise.set_value();
+  }
 }
 
 Value DefaultStager::Impl::stage(const Value& value, Slot& slot, const std::string& path) {
@@ -341,12 +434,10 @@ Value DefaultStager::Impl::stage(const Value& value, Slot& slot, const std::stri
   return value;  // plain values are copied
 }
 
-std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
-                                                   std::shared_ptr<StorageWriter> writer,
-                                                   const SaveOptions& options,
-                                                   const std::optional<std::string>& checkpoint_id,
-                                                   std::chrono::steady_clock::time_point started,
-                                                   std::shared_ptr<double> save_seconds) {
+DefaultStager::Impl::Submitted DefaultStager::Impl::submit(
+    const StateDict& state, std::shared_ptr<StorageWriter> writer, const SaveOptions& options,
+    const std::optional<std::string>& checkpoint_id) {
+  const auto started = std::chrono::steady_clock::now();
   // Every rank reaches the duplication (a collective) before anything that can fail alone.
   Communicator* bg = background_comm(options.no_dist ? nullptr : options.comm);
   Slot* slot = nullptr;
@@ -365,45 +456,43 @@ std::shared_future<Metadata> DefaultStager::Impl::submit(const StateDict& state,
     slot->busy = true;
   }
   auto task = std::make_unique<Task>();
-  Event staging;  // reported to options.on_event (dcp/events.h)
-  staging.phase = Phase::kStage;
-  staging.rank = options.comm != nullptr && !options.no_dist ? options.comm->rank() : 0;
-  staging.world_size = options.comm != nullptr && !options.no_dist ? options.comm->size() : 1;
-  staging.checkpoint_id = checkpoint_id.value_or("");
-  if (options.on_event) options.on_event(staging);
-  const auto stage_start = std::chrono::steady_clock::now();
+  task->slot = slot;
+  task->started = started;
+  task->times = std::make_shared<detail::AsyncSaveTimes>();
+  task->options = options;  // options.on_event reports the staging phase
+  task->staging.phase = Phase::kStage;  // dcp/events.h
+  task->staging.rank = options.comm != nullptr && !options.no_dist ? options.comm->rank() : 0;
+  task->staging.world_size =
+      options.comm != nullptr && !options.no_dist ? options.comm->size() : 1;
+  task->staging.checkpoint_id = checkpoint_id.value_or("");
+  if (options.on_event) options.on_event(task->staging);
+  task->stage_start = std::chrono::steady_clock::now();
   try {
     TORCH_CHECK(writer != nullptr, "async_save: no storage writer");
-    // Stateful values' state_dict() may return fresh tensors: they must outlive copy_staged.
-    const Value resolved(resolve_stateful(state));
-    task->staged = stage(resolved, *slot, "").dict();
-    copy_staged(*slot);
+    task->sources.emplace(resolve_stateful(state));
+    task->staged = stage(*task->sources, *slot, "").dict();
   } catch (...) {
     slot->copies.clear();
+    slot->tensor_copies.clear();
     task->staging_failure = std::current_exception();  // Note [Failed staging]
     task->staged = StateDict();
+    task->staging.ok = false;
     if (writer == nullptr) writer = std::make_shared<NoWriter>();
-    staging.ok = false;
   }
-  staging.end = true;
-  staging.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - stage_start).count();
-  if (options.on_event) options.on_event(staging);
   task->writer = std::move(writer);
-  task->options = options;
   task->options.comm = bg;
   task->options.no_dist = bg == nullptr;
   task->checkpoint_id = checkpoint_id;
-  task->slot = slot;
-  task->started = started;
-  task->save_seconds = std::move(save_seconds);
-  std::shared_future<Metadata> future = task->promise.get_future().share();
+  Submitted out{task->promise.get_future().share(), task->staged_promise.get_future().share(),
+                task->times};
+  const bool in_background = options_.use_async_staging && !task->staging_failure;
+  if (!in_background) finish_staging(*task);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(task));
+    (in_background ? staging_queue_ : queue_).push_back(std::move(task));
   }
   cv_.notify_all();
-  return future;
+  return out;
 }
 
 void AsyncSaveFuture::wait() const {
@@ -418,7 +507,17 @@ bool AsyncSaveFuture::done() const {
 
 double AsyncSaveFuture::save_seconds() const {
   wait();
-  return *save_seconds_;
+  return times_->save;
+}
+
+std::shared_future<void> AsyncSaveFuture::staging_completion() const {
+  TORCH_CHECK(staged_.valid(), "AsyncSaveFuture: no save");
+  return staged_;
+}
+
+double AsyncSaveFuture::staging_seconds() const {
+  staging_completion().wait();
+  return times_->staging;
 }
 
 Metadata AsyncSaveFuture::get() const {
