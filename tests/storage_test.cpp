@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <cstring>
 #include <functional>
@@ -15,6 +17,7 @@
 #include <set>
 
 #include "dcp/dcp.h"
+#include "io/fault_injection.h"
 #include "io/file.h"
 #include "storage/file_output.h"
 #include "storage/metadata_file.h"
@@ -348,6 +351,52 @@ TEST(FileOutputTest, DirectAndBufferedStreamsWriteExactlyTheBytesGiven) {
     file->close();
     EXPECT_TRUE(detail::read_file(path) == expected) << path;
   }
+}
+
+// Note [Double buffering]: a full buffer is written in the background while the next fills. A
+// write that fails there (ENOSPC on the second buffer) is reported by a later write() or by
+// finish(), never lost; and a stream destroyed with a write in flight waits for it.
+TEST(FileOutputTest, ABackgroundWriteFailureIsReportedAndNothingRunsAfterTheStream) {
+  struct FailNthWrite : detail::FaultInjector {
+    explicit FailNthWrite(int n) : left(n) {}
+    int before(detail::FileOp op, const std::string&) override {
+      return op == detail::FileOp::kWrite && --left == 0 ? ENOSPC : 0;
+    }
+    std::atomic<int> left;
+  };
+  testing::TempDir dir;
+  const size_t buffer = detail::DirectFileOutput::kBufferSize;
+  const std::string bytes(3 * buffer + 100, 'x');
+  for (int failing : {1, 2, 3}) {
+    SCOPED_TRACE(failing);
+    const std::string path = dir.sub("f" + std::to_string(failing));
+    std::optional<detail::File> file =
+        detail::File::open_direct(path, O_WRONLY | O_CREAT | O_TRUNC);
+    ASSERT_TRUE(file.has_value()) << "the test directory refuses O_DIRECT";
+    FailNthWrite injector(failing);
+    detail::FaultInjector* previous = detail::set_fault_injector(&injector);
+    std::string error;
+    try {
+      detail::DirectFileOutput out(*file);
+      out.write(bytes.data(), bytes.size());  // hands over buffers 1, 2 and 3
+      out.finish();
+    } catch (const c10::Error& e) {
+      error = e.what_without_backtrace();
+    }
+    detail::set_fault_injector(previous);
+    EXPECT_NE(error.find(path), std::string::npos) << error;
+    EXPECT_NE(error.find(std::strerror(ENOSPC)), std::string::npos) << error;
+  }
+  // Destroyed without finish() while a write is in flight: waits for it, throws nothing.
+  const std::string path = dir.sub("abandoned");
+  std::optional<detail::File> file = detail::File::open_direct(path, O_WRONLY | O_CREAT | O_TRUNC);
+  ASSERT_TRUE(file.has_value());
+  {
+    detail::DirectFileOutput out(*file);
+    out.write(bytes.data(), bytes.size());
+  }
+  file->close();
+  EXPECT_GE(std::filesystem::file_size(path), 3 * buffer);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -6,10 +6,11 @@
 // DirectFileOutput: for a file opened with O_DIRECT. Everything is copied into an 8 MiB
 // staging buffer aligned to 4 KiB, and each full buffer is one O_DIRECT write: the bytes go
 // from the buffer to the device without filling the page cache, which on the development
-// machine wrote 1.7 GB/s against 0.9 GB/s buffered + fsync (docs/performance.md). finish()
-// writes the aligned part of the last buffer the same way and the tail (under 4 KiB) with
-// O_DIRECT turned off. If the file system refuses an O_DIRECT write (EINVAL), the stream turns
-// O_DIRECT off and goes on with ordinary writes.
+// machine wrote 1.7 GB/s against 0.9 GB/s buffered + fsync (docs/performance.md). There are two
+// such buffers: a full one is written on a background thread while the caller fills the other
+// (Note [Double buffering]). finish() writes the aligned part of the last buffer the same way
+// and the tail (under 4 KiB) with O_DIRECT turned off. If the file system refuses an O_DIRECT
+// write (EINVAL), the stream turns O_DIRECT off and goes on with ordinary writes.
 //
 // Thread-safety: one stream per file, used from one thread.
 #pragma once
@@ -17,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -47,26 +49,40 @@ class DirectFileOutput : public OutputStream {
 
   /// `file` must have been opened with O_DIRECT (File::open_direct), at offset 0.
   explicit DirectFileOutput(File& file);
+  /// Waits for a write in flight (whose error, if any, is then lost: call finish()).
+  ~DirectFileOutput();
+  DirectFileOutput(const DirectFileOutput&) = delete;
+  DirectFileOutput& operator=(const DirectFileOutput&) = delete;
   void write(const void* data, size_t n) override;
   uint64_t position() const override { return position_; }
-  /// Writes what is buffered. Call before syncing or closing the file; no write may follow.
+  /// Writes what is buffered, after the write in flight. Call before syncing or closing the
+  /// file; no write may follow. Throws the first failed write's error.
   void finish();
   /// Whether the file system refused an O_DIRECT write, so that the stream went on without.
+  /// Only after finish().
   bool fell_back() const { return fell_back_; }
 
  private:
   struct Free {
     void operator()(char* p) const { std::free(p); }
   };
-  // Writes buffer_[0, n); n is a multiple of kAlignment unless O_DIRECT is off.
-  void write_buffer(size_t n);
+  static std::unique_ptr<char, Free> aligned_buffer();
+  // Writes data[0, n) at the file's position; n is a multiple of kAlignment unless O_DIRECT
+  // is off. Runs on one thread at a time: the background write's, or the caller's once it has
+  // waited for it.
+  void write_out(const char* data, size_t n);
+  // Waits for the background write, rethrowing its error.
+  void wait_pending();
 
   File& file_;
-  std::unique_ptr<char, Free> buffer_;
+  std::unique_ptr<char, Free> buffer_;  // being filled by write()
+  std::unique_ptr<char, Free> spare_;   // being written by pending_, or free
   size_t used_ = 0;
   uint64_t position_ = 0;
-  bool direct_ = true;
-  bool fell_back_ = false;
+  bool direct_ = true;      // used by write_out only
+  bool fell_back_ = false;  // used by write_out only
+  std::future<void> pending_;  // the background write of spare_; declared last, so that
+                               // destruction waits for it before the buffers go
 };
 
 }  // namespace dcp::detail
