@@ -1,6 +1,10 @@
-// The benchmark's state dict: a transformer-like model (embedding, attention and MLP weights,
-// norms) with its Adam state, every tensor row-sharded over the ranks like FSDP / DTensor
-// Shard(0). bench/python_dcp_bench.py builds the same shapes for Python DCP.
+// The benchmark's state dicts, every tensor row-sharded over the ranks like FSDP / DTensor
+// Shard(0); bench/python_dcp_bench.py builds the same shapes for Python DCP:
+//   "model": a transformer-like model (embedding, attention and MLP weights, norms) with its
+//            Adam state, about the MiB asked for;
+//   "small": many small tensors, as real models have (norms, biases, per-layer scalars):
+//            20,000 1-D tensors of 1-64 KiB (620 MiB in all) plus 4 large ones of 32 MiB,
+//            without optimizer state, whatever the MiB.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -35,11 +39,29 @@ inline std::vector<TensorSpec> model_specs(int64_t mib) {
   return specs;
 }
 
+/// The "small" state's shapes: tensor i of the 20,000 holds 256 * (1 + (i * 7919) % 64) floats
+/// (1-64 KiB, every size about equally often), grouped 10 to a layer; then 4 of 2048 x 4096.
+inline std::vector<TensorSpec> small_specs() {
+  std::vector<TensorSpec> specs;
+  for (int64_t i = 0; i < 20000; ++i) {
+    specs.push_back({"layers." + std::to_string(i / 10) + ".p" + std::to_string(i % 10),
+                     {256 * (1 + (i * 7919) % 64)}});
+  }
+  for (int i = 0; i < 4; ++i) specs.push_back({"large." + std::to_string(i), {2048, 4096}});
+  return specs;
+}
+
+/// The shapes of state `kind` ("model" or "small", see the top of this file).
+inline std::vector<TensorSpec> state_specs(const std::string& kind, int64_t mib) {
+  return kind == "small" ? small_specs() : model_specs(mib);
+}
+
 /// This rank's shards of model + Adam state (random values, or zeros as a load destination).
 /// With `replicated`, every rank holds every tensor whole and alike (DDP: the values come from
-/// one seed). Returns the state and adds its tensor bytes to *bytes.
+/// one seed). Without `adam`, the state holds only the model. Returns the state and adds its
+/// tensor bytes to *bytes.
 inline StateDict make_state(const std::vector<TensorSpec>& specs, int rank, int world, bool zeros,
-                            int64_t* bytes, bool replicated = false) {
+                            int64_t* bytes, bool replicated = false, bool adam = true) {
   Dict model, optim_state;
   if (replicated) at::manual_seed(1234);
   auto shard = [&](const TensorSpec& s) -> Value {
@@ -55,12 +77,13 @@ inline StateDict make_state(const std::vector<TensorSpec>& specs, int rank, int 
   };
   for (const auto& s : specs) {
     model[s.name] = shard(s);
+    if (!adam) continue;
     optim_state[s.name] = Dict{{std::string("exp_avg"), shard(s)},
                                {std::string("exp_avg_sq"), shard(s)}};
   }
   StateDict sd;
   sd["model"] = model;
-  sd["optim"] = Dict{{std::string("state"), Value(optim_state)}};
+  if (adam) sd["optim"] = Dict{{std::string("state"), Value(optim_state)}};
   sd["step"] = 1000;
   return sd;
 }

@@ -9,7 +9,8 @@
 // (FileSystemReaderOptions::verify_crc32 = false), "noshare" read-once broadcasts
 // (LoadOptions::read_once = false). "zstd" saves compressed items (Compression::kZstd; loads
 // need no flag); "replicated" makes every tensor whole on every rank (a DDP state) instead of
-// row shards (use it for the save and the load).
+// row shards (use it for the save and the load); "small" uses the state of 20,000 small tensors
+// (bench_state.h; MiB is then ignored; use it for the save and the load).
 // Before a load every rank evicts the checkpoint's files from the page cache
 // (posix_fadvise DONTNEED), so reads come from the disk. Rank 0 prints one line:
 //   RESULT op=<save|load> ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
       std::stringstream list(argv[5]);
       for (std::string f; std::getline(list, f, ',');) {
         if (f != "buffered" && f != "noprefetch" && f != "nocrc" && f != "zstd" &&
-            f != "replicated" && f != "noshare") {
+            f != "replicated" && f != "noshare" && f != "small") {
           std::fprintf(stderr, "dcp_bench: unknown flag '%s'\n", f.c_str());
           MPI_Abort(MPI_COMM_WORLD, 2);
         }
@@ -93,10 +94,11 @@ int main(int argc, char** argv) {
       }
     }
     auto flag = [&](const char* f) { return flags.count(f) != 0; };
-    const auto specs = dcp::bench::model_specs(mib);
+    const bool small = flag("small");
+    const auto specs = dcp::bench::state_specs(small ? "small" : "model", mib);
     int64_t bytes = 0;
     dcp::StateDict state = dcp::bench::make_state(specs, comm.rank(), comm.size(), op == "load",
-                                                  &bytes, flag("replicated"));
+                                                  &bytes, flag("replicated"), /*adam=*/!small);
     if (op == "load" && comm.rank() == 0) evict(dir);
     MPI_Barrier(MPI_COMM_WORLD);
     // The state is built; what grows from here is the library's overhead. ru_maxrss cannot be

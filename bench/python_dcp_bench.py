@@ -1,8 +1,9 @@
-"""Python DCP's side of the benchmark harness (bench/run_bench.sh): the same state as
-bench/bench_state.h (a transformer-like model with Adam state, row-sharded as DTensor
-Shard(0)), saved or loaded by torch.distributed.checkpoint on N gloo processes.
+"""Python DCP's side of the benchmark harness (bench/run_bench.sh): the same states as
+bench/bench_state.h ("model": a transformer-like model with Adam state; "small": 20,000 small
+tensors plus 4 large ones, no optimizer state; every tensor row-sharded as DTensor Shard(0)),
+saved or loaded by torch.distributed.checkpoint on N gloo processes.
 
-    python python_dcp_bench.py save|load <dir> <MiB> <processes>
+    python python_dcp_bench.py save|load <dir> <MiB> <processes> [model|small]
 
 Before a load, the checkpoint's files are evicted from the page cache. Prints one line:
     RESULT op=... ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
@@ -36,6 +37,11 @@ def model_specs(mib):
     return specs
 
 
+def small_specs():  # bench_state.h's small_specs()
+    specs = [(f"layers.{i // 10}.p{i % 10}", (256 * (1 + (i * 7919) % 64),)) for i in range(20000)]
+    return specs + [(f"large.{i}", (2048, 4096)) for i in range(4)]
+
+
 def rchar():
     with open("/proc/self/io") as f:
         for line in f:
@@ -49,7 +55,7 @@ def rss_kib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGESIZE") // 1024
 
 
-def worker(rank, world, port, op, path, mib, out):
+def worker(rank, world, port, op, path, mib, kind, out):
     warnings.filterwarnings("ignore")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -69,10 +75,13 @@ def worker(rank, world, port, op, path, mib, out):
                                   stride=torch.empty(shape, device="meta").stride())
 
     model, optim = {}, {}
-    for name, shape in model_specs(mib):
+    for name, shape in (small_specs() if kind == "small" else model_specs(mib)):
         model[name] = shard(shape)
-        optim[name] = {"exp_avg": shard(shape), "exp_avg_sq": shard(shape)}
-    state = {"model": model, "optim": {"state": optim}, "step": 1000}
+        if kind != "small":
+            optim[name] = {"exp_avg": shard(shape), "exp_avg_sq": shard(shape)}
+    state = {"model": model, "step": 1000}
+    if kind != "small":
+        state["optim"] = {"state": optim}
     if op == "load" and rank == 0:
         for name in os.listdir(path):
             fd = os.open(os.path.join(path, name), os.O_RDONLY)
@@ -104,12 +113,15 @@ def worker(rank, world, port, op, path, mib, out):
 
 def main():
     op, path, mib, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    kind = sys.argv[5] if len(sys.argv) > 5 else "model"
+    if kind not in ("model", "small"):
+        sys.exit(f"python_dcp_bench.py: unknown state '{kind}'")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, world, port, op, path, mib, out)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, port, op, path, mib, kind, out)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
