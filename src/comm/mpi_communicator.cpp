@@ -201,17 +201,23 @@ std::vector<std::string> MpiCommunicator::gather(const std::string& data, int ro
   };
   wait(r, "gather", never_arrived);
   r.clear();
+  std::vector<int> senders;  // the rank of each data receive in r
   for (int k = 0; k < size_; ++k) {
     if (k == rank_) continue;
     TORCH_CHECK(sizes[k] >= 0, "gather: rank ", k, " sent a negative size");
     out[k].resize(static_cast<size_t>(sizes[k]));
     if (sizes[k] == 0) continue;
     r.emplace_back();
+    senders.push_back(k);
     DCP_MPI_CHECK(MPI_Irecv(out[k].data(), to_int_count(out[k].size()), MPI_BYTE, k, kDataTag,
                             comm_, &r.back()));
   }
-  wait(r, "gather", [&](const std::vector<bool>&) {
-    return std::string("a rank that sent its size never sent its bytes");
+  wait(r, "gather", [&](const std::vector<bool>& done) {
+    std::string ranks;
+    for (size_t i = 0; i < senders.size(); ++i) {
+      if (!done[i]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(senders[i]);
+    }
+    return "rank(s) " + ranks + " sent their size but never their bytes";
   }, /*spin=*/true);
   out[rank_] = data;
   return out;

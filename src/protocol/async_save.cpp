@@ -121,15 +121,15 @@ class NoWriter : public StorageWriter {
   [[noreturn]] static void fail() { TORCH_CHECK(false, "async_save: no storage writer"); }
 };
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 // Note [Buffer keys]: a staging buffer is reused for the value at the same place of the next
 // state dict, so the key must name the place unambiguously. Each step is tagged and
 // self-delimiting: "s<length>:<chars>" for a string key, "i<n>;" for an int key, "l<i>;" /
 // "t<i>;" for a list / tuple index, "#<i>;" for a local shard. The keys of distinct places thus
 // differ (a prefix code), where joining with '/' mixed {"a/b": t1} with {"a": {"b": t2}}.
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 std::string buffer_key_step(const Key& key) {
   if (const auto* s = std::get_if<std::string>(&key)) {
     return "s" + std::to_string(s->size()) + ":" + *s;
@@ -228,7 +228,9 @@ DefaultStager::Impl::~Impl() {
 // Note [Asynchronous staging]: with use_async_staging, submit() only allocates the buffers and
 // queues the copies (stage()); this thread runs them (copy_staged()) in submission order,
 // fulfils the staging future, and only then hands the task to the worker, so the worker never
-// writes a buffer still being filled. The task holds references to the sources until their
+// writes a buffer still being filled. Every task takes this path, those whose staging already
+// failed in submit() too: the worker must get the saves in submission order, since their
+// collectives must pair up across ranks. The task holds references to the sources until their
 // copies are done, so a caller that drops its tensors early frees nothing that is still read;
 // changing them before staging_completion() is what the caller must not do.
 void DefaultStager::Impl::run_stager() {
@@ -485,7 +487,9 @@ DefaultStager::Impl::Submitted DefaultStager::Impl::submit(
   task->checkpoint_id = checkpoint_id;
   Submitted out{task->promise.get_future().share(), task->staged_promise.get_future().share(),
                 task->times};
-  const bool in_background = options_.use_async_staging && !task->staging_failure;
+  // A failed staging takes the same path, so that saves reach the worker in submission order
+  // on every rank (their collectives must match across ranks).
+  const bool in_background = options_.use_async_staging;
   if (!in_background) finish_staging(*task);
   {
     std::lock_guard<std::mutex> lock(mu_);
