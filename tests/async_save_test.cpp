@@ -29,6 +29,30 @@ StateDict load_like(const StateDict& like, MemoryStorage& storage, const std::st
   return out;
 }
 
+// Options whose stager stages asynchronously (StagingOptions::use_async_staging).
+AsyncSaveOptions async_staging_options(int max_in_flight = 1, int copy_threads = 0) {
+  StagingOptions staging;
+  staging.use_async_staging = true;
+  staging.max_in_flight = max_in_flight;
+  staging.copy_threads = copy_threads;
+  AsyncSaveOptions options;
+  options.stager = std::make_shared<DefaultStager>(staging);
+  return options;
+}
+
+// An event hook under which the worker starts its first save only once `submitted` reaches
+// 2, so that the second async_save finds the first slot busy and takes the other one:
+// with max_in_flight 2, both slots are then used whatever the threads' timing.
+EventHook hold_first_save_until_two_submitted(const std::atomic<int>& submitted) {
+  return [&submitted, first = std::make_shared<std::atomic<bool>>(true)](const Event& e) {
+    if (e.phase != Phase::kSave || e.end || !first->exchange(false)) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (submitted.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+}
+
 TEST(AsyncSaveTest, EachSaveHoldsTheValuesOfItsOwnCall) {
   MemoryStorage storage;
   auto stager = std::make_shared<DefaultStager>();
@@ -112,11 +136,7 @@ TEST(AsyncSaveTest, StagingIsCompleteWhenAsyncSaveReturns) {
 // tensor the caller drops right after the call is still staged whole.
 TEST(AsyncSaveTest, AsyncStagingReturnsBeforeTheCopiesAndSavesTheValuesOfTheCall) {
   MemoryStorage storage;
-  StagingOptions staging;
-  staging.use_async_staging = true;
-  staging.copy_threads = 2;
-  AsyncSaveOptions options;
-  options.stager = std::make_shared<DefaultStager>(staging);
+  AsyncSaveOptions options = async_staging_options(/*max_in_flight=*/1, /*copy_threads=*/2);
   std::mutex mu;
   std::condition_variable cv;
   bool returned = false;                 // guarded by mu
@@ -165,12 +185,9 @@ TEST(AsyncSaveTest, AsyncStagingReturnsBeforeTheCopiesAndSavesTheValuesOfTheCall
 // flight.
 TEST(AsyncSaveTest, AsyncStagingKeepsOrderAndReusesBuffers) {
   MemoryStorage storage;
-  StagingOptions staging;
-  staging.use_async_staging = true;
-  staging.max_in_flight = 2;
-  auto stager = std::make_shared<DefaultStager>(staging);
-  AsyncSaveOptions options;
-  options.stager = stager;
+  AsyncSaveOptions options = async_staging_options(/*max_in_flight=*/2);
+  std::atomic<int> submitted{0};
+  options.on_event = hold_first_save_until_two_submitted(submitted);
   StateDict sd;
   sd["w"] = at::zeros({256, 256});
   std::vector<AsyncSaveFuture> pending;
@@ -178,6 +195,7 @@ TEST(AsyncSaveTest, AsyncStagingKeepsOrderAndReusesBuffers) {
     sd["w"].tensor().fill_(static_cast<double>(step));
     pending.push_back(async_save(
         sd, std::make_shared<MemoryWriter>(storage, "o" + std::to_string(step)), options));
+    ++submitted;
     pending.back().staging_completion().get();
   }
   for (int step = 1; step <= 5; ++step) {
@@ -186,22 +204,17 @@ TEST(AsyncSaveTest, AsyncStagingKeepsOrderAndReusesBuffers) {
     EXPECT_TRUE(at::equal(loaded["w"].tensor(), at::full({256, 256}, static_cast<double>(step))))
         << "save " << step;
   }
-  // One buffer per slot at most (whether the second slot is ever needed depends on how fast
-  // the worker frees the first), and every other save reuses one.
-  const StagingStats stats = stager->stats();
-  EXPECT_GE(stats.allocations, 1);
-  EXPECT_LE(stats.allocations, 2);
-  EXPECT_EQ(stats.allocations + stats.reuses, 5);
+  // One buffer per slot (both slots were used), and every other save reuses one.
+  const StagingStats stats = options.stager->stats();
+  EXPECT_EQ(stats.allocations, 2);
+  EXPECT_EQ(stats.reuses, 3);
   EXPECT_EQ(stats.saves, 5);
 }
 
 // A staging failure with use_async_staging fails the staging future as well as the save's.
 TEST(AsyncSaveTest, AsyncStagingFailureReachesBothFutures) {
   MemoryStorage storage;
-  StagingOptions staging;
-  staging.use_async_staging = true;
-  AsyncSaveOptions options;
-  options.stager = std::make_shared<DefaultStager>(staging);
+  const AsyncSaveOptions options = async_staging_options();
   StateDict sd;
   sd["w"] = at::ones({8});
   sd["broken"] = at::Tensor();
@@ -219,10 +232,6 @@ TEST(AsyncSaveTest, AsyncStagingFailureReachesBothFutures) {
 // order on every rank, as their collectives must pair up across ranks.
 TEST(AsyncSaveTest, AsyncStagingKeepsSubmissionOrderWhenALaterStagingFails) {
   MemoryStorage storage;
-  StagingOptions staging;
-  staging.use_async_staging = true;
-  staging.max_in_flight = 2;
-  auto stager = std::make_shared<DefaultStager>(staging);
   std::mutex mu;
   std::condition_variable cv;
   bool release = false;            // guarded by mu
@@ -236,8 +245,7 @@ TEST(AsyncSaveTest, AsyncStagingKeepsSubmissionOrderWhenALaterStagingFails) {
       if (e.phase == Phase::kSave && !e.end) order.push_back(label);
     };
   };
-  AsyncSaveOptions first;
-  first.stager = stager;
+  AsyncSaveOptions first = async_staging_options(/*max_in_flight=*/2);
   first.on_event = hook("first");
   AsyncSaveOptions second = first;
   second.on_event = hook("second");
@@ -264,12 +272,15 @@ TEST(AsyncSaveTest, AtMostMaxInFlightSavesAndTheirMemory) {
   auto stager = std::make_shared<DefaultStager>(staging);
   AsyncSaveOptions options;
   options.stager = stager;
+  std::atomic<int> submitted{0};
+  options.on_event = hold_first_save_until_two_submitted(submitted);
   MemoryStorage storage;
   StateDict sd;
   sd["w"] = testing::make_tensor(at::kFloat, {256, 256}, 1);
   std::vector<AsyncSaveFuture> pending;
   for (int i = 0; i < 6; ++i) {
     pending.push_back(async_save(sd, std::make_shared<MemoryWriter>(storage, "c" + std::to_string(i)), options));
+    ++submitted;
   }
   for (auto& p : pending) p.get();
   // Two slots, each with its own buffer, never more.

@@ -262,7 +262,13 @@ void DefaultStager::Impl::run_worker() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    auto finished = [&] { task->times->save = seconds_since(task->started); };
+    // Before the future is ready, so that a caller whose get() returned sees its save in
+    // the time and in stats().saves.
+    auto finished = [&] {
+      task->times->save = seconds_since(task->started);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.saves;
+    };
     try {
       if (task->staging_failure) {  // Note [Failed staging]
         task->options.planner = std::make_shared<FailedStagingPlanner>(task->staging_failure);
@@ -279,7 +285,6 @@ void DefaultStager::Impl::run_worker() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       slot->busy = false;
-      ++stats_.saves;
     }
     cv_.notify_all();
   }
