@@ -567,6 +567,35 @@ TEST(Issue13Finding4, FuzzFindingsAreRefusedByTheExpansionBudget) {
   EXPECT_GE(inputs, 2);
 }
 
+// What fuzzing found in fuzz_record (tests/fuzz/regressions/record/): each input, fed to the
+// record readers as fuzz_record feeds it, is refused with c10::Error before LibTorch's zip
+// reader allocates what a directory entry declares (Note [Declared sizes]). The first: an end
+// record whose 32-bit fields claim an empty directory, after a zip64 record that gives the real
+// one (miniz reads the zip64 one), where an entry declares 4 GiB; the walk checked the empty
+// directory and LibTorch then allocated 4 GiB.
+TEST(Issue13Finding8, FuzzFindingsInRecordsAreRefusedBeforeLibTorchAllocates) {
+  const std::filesystem::path dir =
+      std::filesystem::path(DCP_SOURCE_DIR) / "tests/fuzz/regressions/record";
+  int inputs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const StringSource source(
+        std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    try {
+      detail::read_zip_directory(source);
+      ADD_FAILURE() << entry.path() << " was read";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("disagrees with its zip64 record"), std::string::npos)
+          << entry.path() << ": " << e.what();
+    }
+    EXPECT_THROW(detail::read_tensor_record(source), c10::Error) << entry.path();
+    EXPECT_THROW(detail::read_tensor_archive(source), c10::Error) << entry.path();
+    EXPECT_THROW(detail::read_value_archive(source), c10::Error) << entry.path();
+    ++inputs;
+  }
+  EXPECT_GE(inputs, 1);
+}
+
 TEST(Issue13Finding4, SparseMemoIndicesCostMemoryLinearInTheInput) {
   // 200,000 LONG_BINPUTs, each 1023 past the last: the dense memo grew by 8 KiB per 5 input
   // bytes (1.6 GB here). Run in a child under an address-space limit of 512 MiB above now.

@@ -5,8 +5,13 @@
 // declaring a 4 GiB data.pkl cost a 4 GiB allocation. A record cannot be larger than the item
 // holding it, so before LibTorch sees the archive this walk bounds every declared size:
 //   1. the end-of-central-directory record (EOCD, signature PK\5\6) is found in the last
-//      64 KiB + 22 bytes; with zip64 (a field at 0xFFFF/0xFFFFFFFF) its locator (PK\6\7) and
-//      the zip64 EOCD (PK\6\6) give the directory's offset, size and entry count;
+//      64 KiB + 22 bytes; where a zip64 locator (PK\6\7) precedes it, the zip64 EOCD
+//      (PK\6\6) it points to gives the directory's offset, size and entry count: miniz's rule
+//      (mz_zip_reader_read_central_dir), which PyTorchStreamReader follows. The EOCD's own
+//      fields must then agree with it or read 0xFFFF/0xFFFFFFFF: a walk that read the 32-bit
+//      fields where miniz reads the zip64 ones checked another directory than LibTorch then
+//      used (a fuzz finding, tests/fuzz/regressions/record). A field at 0xFFFF/0xFFFFFFFF
+//      without a locator is refused;
 //   2. the directory lies inside the archive and holds that many entries (PK\1\2);
 //   3. each entry is stored (method 0, as PyTorchStreamWriter writes), with equal compressed
 //      and uncompressed sizes (zip64 extra field 0x0001 where they are 0xFFFFFFFF), and its
@@ -55,11 +60,19 @@ class Walk {
     check(at != std::string::npos, "no end of zip directory");
     const char* e = tail.data() + at;
     const uint64_t eocd_pos = size_ - tail_size + at;
-    uint64_t entries = le(e + 10, 2), cd_size = le(e + 12, 4), cd_offset = le(e + 16, 4);
-    if (entries == 0xFFFF || cd_size == 0xFFFFFFFF || cd_offset == 0xFFFFFFFF) {
-      check(eocd_pos >= kLocatorSize, "zip64 directory locator missing");
-      const std::string locator = read(eocd_pos - kLocatorSize, kLocatorSize);
-      check(le(locator.data(), 4) == kLocator64, "zip64 directory locator missing");
+    const uint64_t entries32 = le(e + 10, 2), cd_size32 = le(e + 12, 4),
+                   cd_offset32 = le(e + 16, 4);
+    uint64_t entries = entries32, cd_size = cd_size32, cd_offset = cd_offset32;
+    // As miniz: a locator is looked for only where the zip64 EOCD and it fit before the EOCD.
+    std::string locator;
+    if (eocd_pos >= kLocatorSize + kEocd64Size) {
+      locator = read(eocd_pos - kLocatorSize, kLocatorSize);
+      if (le(locator.data(), 4) != kLocator64) locator.clear();
+    }
+    check(!locator.empty() || (entries != 0xFFFF && cd_size != 0xFFFFFFFF &&
+                               cd_offset != 0xFFFFFFFF),
+          "zip64 directory locator missing");
+    if (!locator.empty()) {
       const uint64_t eocd64_pos = le(locator.data() + 8, 8);
       check(eocd64_pos <= size_ && kEocd64Size <= size_ - eocd64_pos,
             "zip64 directory record outside the archive");
@@ -68,6 +81,12 @@ class Walk {
       entries = le(r.data() + 32, 8);
       cd_size = le(r.data() + 40, 8);
       cd_offset = le(r.data() + 48, 8);
+      check((entries32 == 0xFFFF || entries32 == entries) &&
+                (cd_size32 == 0xFFFFFFFF || cd_size32 == cd_size) &&
+                (cd_offset32 == 0xFFFFFFFF || cd_offset32 == cd_offset),
+            "the end of the zip directory (", entries32, " entries, [", cd_offset32, ", +",
+            cd_size32, ")) disagrees with its zip64 record (", entries, " entries, [", cd_offset,
+            ", +", cd_size, "))");
     }
     check(cd_offset <= size_ && cd_size <= size_ - cd_offset, "the zip directory [", cd_offset,
           ", +", cd_size, ") lies outside the archive of ", size_, " bytes");
