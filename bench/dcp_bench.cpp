@@ -75,6 +75,11 @@ void evict(const std::string& dir) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   at::set_num_threads(1);
+  if (argc < 4 || (std::string(argv[1]) != "save" && std::string(argv[1]) != "load")) {
+    std::fprintf(stderr, "usage: dcp_bench <save|load> <dir> <MiB> [threads] [flag,...]\n");
+    MPI_Finalize();
+    return 2;
+  }
   int rc = 0;
   {
     dcp::MpiCommunicator comm(MPI_COMM_WORLD);

@@ -52,7 +52,9 @@ int rank_of(const std::string& file) {
   if (file.rfind("__", 0) != 0) return -1;
   size_t end = 2;
   while (end < file.size() && std::isdigit(static_cast<unsigned char>(file[end]))) ++end;
-  if (end == 2 || end >= file.size() || file[end] != '_') return -1;
+  // At most 9 digits: names come from a possibly hostile .metadata, and std::stoi throws
+  // std::out_of_range past INT_MAX.
+  if (end == 2 || end > 2 + 9 || end >= file.size() || file[end] != '_') return -1;
   return std::stoi(file.substr(2, end - 2));
 }
 

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <new>
 #include <sstream>
 #include <optional>
 
@@ -232,12 +233,29 @@ class ArchiveReader {
   ObjectPtr root() const { return tree_->root(); }
 
   // LibTorch's zip reader (PyTorchStreamReader), the foreign error source of this file: its
-  // errors keep their type and gain which record was being read.
+  // c10::Errors keep their type and gain which record was being read. It also lets standard
+  // exceptions out on hostile input (PyTorchStreamReader::init parses the version record with
+  // std::stoull and catches only invalid_argument, so 20 digits throw std::out_of_range): those
+  // become c10::Error here, with the same context. std::bad_alloc passes unchanged (Note
+  // [Declared sizes] keeps file-declared sizes from reaching an allocation).
   template <typename F>
   void zip(F&& f) const {
-    with_context(std::forward<F>(f), [&] {
+    const auto context = [&] {
       return "corrupt item " + source_.describe() + ": not a readable torch.save record";
-    });
+    };
+    with_context(
+        [&] {
+          try {
+            std::forward<F>(f)();
+          } catch (const c10::Error&) {
+            throw;
+          } catch (const std::bad_alloc&) {
+            throw;
+          } catch (const std::exception& e) {
+            TORCH_CHECK(false, "LibTorch's zip reader failed: ", e.what());
+          }
+        },
+        context);
   }
 
   template <typename... Args>

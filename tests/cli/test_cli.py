@@ -7,6 +7,7 @@ Run by ctest (label 'cli') with the repo's venv Python; DCP_CLI names the tool,
 DCP_INTEROP_TOOL the C++ saver, DCP_MPI_TOOL and DCP_MPIRUN the multi-rank saver."""
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -240,6 +241,28 @@ class Convert(Checkpoints):
                 self.assertTrue(torch.equal(again["model"][k], v), k)
             self.assertTrue(torch.equal(again["optim"]["state"]["0"]["exp_avg"],
                                         opt.state_dict()["state"][0]["exp_avg"]))
+
+
+class HostileNames(Checkpoints):
+    def test_rank_number_past_int_max_in_a_file_name(self):
+        # File names come from the .metadata: "__99999999999_0.distcp" parses as no rank (the
+        # tool threw std::out_of_range from std::stoi and exited with "dcp: error: stoi").
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = os.path.join(d, "renamed")
+            shutil.copytree(self.py, ckpt)
+            md = FileSystemReader(ckpt).read_metadata()
+            renames = {}
+            for info in md.storage_data.values():
+                new = "__99999999999" + info.relative_path[info.relative_path.index("_", 2):]
+                renames[info.relative_path] = new
+                info.relative_path = new
+            for old, new in renames.items():
+                os.rename(os.path.join(ckpt, old), os.path.join(ckpt, new))
+            with open(os.path.join(ckpt, ".metadata"), "wb") as f:
+                pickle.dump(md, f)
+            out = json.loads(run("inspect", ckpt, "--json").stdout)
+            self.assertEqual([r["rank"] for r in out["files_per_rank"]], [-1])
+            self.assertEqual(out["files_per_rank"][0]["files"], len(set(renames.values())))
 
 
 class BadInput(Checkpoints):
