@@ -21,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -613,21 +614,114 @@ TEST(Issue13Finding8, FuzzFindingsInRecordsAreRefusedBeforeLibTorchAllocates) {
 // Fuzz finding (fuzz_record, CI of 3b1b3c9): PyTorchStreamReader::init parses the version
 // record with std::stoull and catches only std::invalid_argument; a version of 23 digits threw
 // std::out_of_range through every reader (the fuzz target's process ended in std::terminate).
+// Records are now read without LibTorch's reader (Note [Reading records without LibTorch]).
 TEST(Issue13Finding8, OverlongVersionRecordIsRefusedAsCorruptItem) {
   const std::filesystem::path file = std::filesystem::path(DCP_SOURCE_DIR) /
                                      "tests/fuzz/regressions/record/out-of-range-version-9e89b013";
   std::ifstream in(file, std::ios::binary);
   const StringSource source(
       std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
-  EXPECT_NO_THROW(detail::read_zip_directory(source));  // a well-formed zip: LibTorch's refusal
+  EXPECT_NO_THROW(detail::read_zip_directory(source));  // a well-formed zip
   try {
     detail::read_tensor_record(source);
     ADD_FAILURE() << "accepted";
   } catch (const c10::Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("stoull"), std::string::npos) << what;
-    EXPECT_NE(what.find("not a readable torch.save record"), std::string::npos) << what;
+    EXPECT_NE(what.find("version record '99999999999999999999999"), std::string::npos) << what;
+    EXPECT_NE(what.find("is not a torch.save format version"), std::string::npos) << what;
   }
+}
+
+// The records of a tensor archive (write_tensor_archive), rewritten by PyTorchStreamWriter with
+// `version` as the version record; `rename` renames records in the directory only.
+std::string archive_with_version(const std::string& version) {
+  std::string original;
+  detail::write_tensor_archive(at::arange(6, at::kFloat), [&](const void* d, size_t n) {
+    original.append(static_cast<const char*>(d), n);
+  });
+  caffe2::serialize::PyTorchStreamReader reader(
+      std::make_unique<caffe2::serialize::IStreamAdapter>(new std::istringstream(original)));
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* d, size_t n) {
+    out.append(static_cast<const char*>(d), n);
+    return n;
+  });
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name == "version" || name == ".data/version" || name == ".data/serialization_id") {
+      continue;
+    }
+    auto [data, size] = reader.getRecord(name);
+    writer.writeRecord(name, data.get(), size);
+  }
+  writer.writeRecord("version", version.data(), version.size());
+  writer.writeEndOfFile();
+  return out;
+}
+
+// dcp reads a version record as PyTorchStreamReader::init does (std::stoull, then LibTorch's
+// supported range), except that it refuses with c10::Error where LibTorch let
+// std::out_of_range out.
+TEST(ReadingRecordsWithoutLibTorch, VersionRecordsAreAcceptedExactlyWhereLibTorchAcceptsThem) {
+  for (const std::string version :
+       {"3\n", "1", "10\n", " +7\n", "6abc", "0\n", "11\n", "-1\n", "abc", "", "\n",
+        "99999999999999999999999\n", "18446744073709551616", "4\x00"}) {
+    const std::string bytes = archive_with_version(version);
+    bool libtorch_reads = true;
+    try {
+      caffe2::serialize::PyTorchStreamReader check(
+          std::make_unique<caffe2::serialize::IStreamAdapter>(new std::istringstream(bytes)));
+    } catch (const std::exception&) {
+      libtorch_reads = false;
+    }
+    const StringSource source(bytes);
+    bool dcp_reads = true;
+    try {
+      const detail::TensorRecord r = detail::read_tensor_record(source);
+      EXPECT_EQ(r.sizes, std::vector<int64_t>{6});
+    } catch (const c10::Error& e) {
+      dcp_reads = false;
+      EXPECT_NE(std::string(e.what()).find("is not a torch.save format version"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(dcp_reads, libtorch_reads) << "version record '" << version << "'";
+  }
+}
+
+TEST(ReadingRecordsWithoutLibTorch, DuplicateRecordsAndBadSmallRecordsAreRefused) {
+  std::string bytes;
+  detail::write_value_archive(Value(std::vector<Value>{at::ones({2}), at::zeros({2})}),
+                              [&](const void* d, size_t n) {
+                                bytes.append(static_cast<const char*>(d), n);
+                              });
+  ASSERT_NO_THROW(detail::read_value_archive(StringSource(bytes)));
+  auto refused = [](const std::string& archive, const std::string& expected) {
+    try {
+      detail::read_value_archive(StringSource(archive));
+      ADD_FAILURE() << "accepted; expected " << expected;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  // Two directory entries named archive/data/0 (the second was archive/data/1).
+  std::string twice = bytes;
+  const size_t cd = twice.find("PK\x01\x02");
+  const size_t second = twice.find("archive/data/1", cd);
+  ASSERT_NE(second, std::string::npos);
+  twice[second + 13] = '0';
+  refused(twice, "record 'archive/data/0' appears twice");
+  // A flipped byte inside data.pkl (its first byte is PROTO 2: 0x80 0x02).
+  std::string flipped = bytes;
+  const size_t pkl = flipped.find(std::string("\x80\x02", 2));
+  ASSERT_NE(pkl, std::string::npos);
+  flipped[pkl + 1] = 3;
+  refused(flipped, "record 'archive/data.pkl' at archive bytes");
+  // A first entry outside any folder.
+  std::string no_folder = bytes;
+  const size_t first = no_folder.find("archive/data.pkl", cd);
+  ASSERT_NE(first, std::string::npos);
+  no_folder[first + 7] = '_';
+  refused(no_folder, "is not in a folder");
 }
 
 TEST(Issue13Finding4, SparseMemoIndicesCostMemoryLinearInTheInput) {

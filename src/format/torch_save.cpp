@@ -1,6 +1,7 @@
 // torch.save records (see torch_save.h).
 //
-// Writing: PyTorchStreamWriter with a writer function, records in torch.save's order:
+// Writing: ZipWriter (PyTorchStreamWriter's bytes; PyTorchStreamWriter itself at 4 GiB and
+// beyond), records in torch.save's order:
 //   data.pkl, .format_version ("1"), .storage_alignment ("64"), byteorder ("little"),
 //   data/<key> for each storage; writeEndOfFile adds version and .data/serialization_id.
 // data.pkl for a tensor (docs/format.md §3):
@@ -9,25 +10,27 @@
 // and _rebuild_tensor_v3(..., dtype) with torch.UntypedStorage (numel in bytes) for dtypes
 // that have no legacy storage class.
 //
-// Reading: PyTorchStreamReader over an ArchiveSource; data.pkl through the restricted reader.
+// Reading: the checked zip directory and the records' local headers (Note [Reading records
+// without LibTorch]); data.pkl through the restricted pickle reader.
 #include "format/torch_save.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
+#include <caffe2/serialize/versions.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <exception>
 #include <map>
-#include <new>
 #include <sstream>
 #include <optional>
 
 #include "format/dtypes.h"
 #include "format/pickle.h"
 #include "format/zip_directory.h"
+#include "format/zip_writer.h"
 #include "util/crc32.h"
 #include "util/checked.h"
 #include "util/error_context.h"
@@ -47,24 +50,12 @@ constexpr int kMaxValueDepth = 256;
 // killed the process). So the writer function catches the sink's first failure, drops every
 // later byte, and finish() rethrows that failure once PyTorchStreamWriter is done; an archive
 // abandoned by another error drops its trailer.
+//
+// Archives below 4 GiB are written by ZipWriter (the same bytes; Note [The zip writer]), which
+// lets the sink's exceptions propagate; only larger ones go through PyTorchStreamWriter.
 class ArchiveWriter {
  public:
-  explicit ArchiveWriter(const ByteSink& sink)
-      : writer_([this, &sink](const void* data, size_t n) -> size_t {
-          if (n == 0 || failure_ || abandoned_) return n;
-          try {
-            if (data == nullptr) {
-              std::string zeros(n, '\0');
-              sink(zeros.data(), n);
-            } else {
-              sink(data, n);
-            }
-            written_ += n;
-          } catch (...) {
-            failure_ = std::current_exception();
-          }
-          return n;
-        }) {}
+  explicit ArchiveWriter(const ByteSink& sink) : sink_(sink) {}
   ~ArchiveWriter() { abandoned_ = true; }  // writer_'s destructor writes nothing
   ArchiveWriter(const ArchiveWriter&) = delete;
   ArchiveWriter& operator=(const ArchiveWriter&) = delete;
@@ -153,16 +144,34 @@ class ArchiveWriter {
   }
 
   uint64_t finish(const std::string& data_pkl) {
-    writer_.writeRecord("data.pkl", data_pkl.data(), data_pkl.size());
-    writer_.writeRecord(".format_version", "1", 1);
-    writer_.writeRecord(".storage_alignment", "64", 2);
-    writer_.writeRecord("byteorder", "little", 6);
-    for (size_t k = 0; k < storages_.size(); ++k) {
-      const at::Tensor& t = storages_[k];
-      writer_.writeRecord("data/" + std::to_string(k), t.numel() ? t.data_ptr() : nullptr,
-                          t.numel() * t.element_size());
+    uint64_t bytes = data_pkl.size();
+    for (const at::Tensor& t : storages_) bytes += t.numel() * t.element_size();
+    if (ZipWriter::fits(bytes, storages_.size() + 7)) {
+      ZipWriter zip(sink_);
+      write_records(data_pkl, [&](const std::string& name, const void* data, size_t n) {
+        zip.write_record(name, data, n);
+      });
+      return zip.finish();
     }
-    writer_.writeEndOfFile();
+    writer_.emplace([this](const void* data, size_t n) -> size_t {
+      if (n == 0 || failure_ || abandoned_) return n;
+      try {
+        if (data == nullptr) {
+          std::string zeros(n, '\0');
+          sink_(zeros.data(), n);
+        } else {
+          sink_(data, n);
+        }
+        written_ += n;
+      } catch (...) {
+        failure_ = std::current_exception();
+      }
+      return n;
+    });
+    write_records(data_pkl, [&](const std::string& name, const void* data, size_t n) {
+      writer_->writeRecord(name, data, n);
+    });
+    writer_->writeEndOfFile();
     if (failure_) std::rethrow_exception(failure_);  // Note [Sink failures]
     return written_;
   }
@@ -174,11 +183,26 @@ class ArchiveWriter {
     w.end_tuple(values.size());
   }
 
+  // torch.save's records, in its order (writeEndOfFile adds version and serialization id).
+  template <typename Write>
+  void write_records(const std::string& data_pkl, Write&& write) {
+    write("data.pkl", data_pkl.data(), data_pkl.size());
+    write(".format_version", "1", 1);
+    write(".storage_alignment", "64", 2);
+    write("byteorder", "little", 6);
+    for (size_t k = 0; k < storages_.size(); ++k) {
+      const at::Tensor& t = storages_[k];
+      write("data/" + std::to_string(k), t.numel() ? t.data_ptr() : nullptr,
+            t.numel() * t.element_size());
+    }
+  }
+
+  const ByteSink& sink_;
   uint64_t written_ = 0;
   std::exception_ptr failure_;  // the sink's first failure (Note [Sink failures])
   bool abandoned_ = false;
   std::vector<at::Tensor> storages_;
-  caffe2::serialize::PyTorchStreamWriter writer_;  // last: destroyed first
+  std::optional<caffe2::serialize::PyTorchStreamWriter> writer_;  // last: destroyed first
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -187,76 +211,48 @@ class ArchiveWriter {
 using pickle::Kind;
 using pickle::ObjectPtr;
 
-// Lets PyTorchStreamReader read from an ArchiveSource.
-class SourceAdapter : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit SourceAdapter(const ArchiveSource& source) : source_(source) {}
-  size_t size() const override { return source_.size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* what) const override {
-    if (pos >= source_.size()) return 0;
-    n = std::min<uint64_t>(n, source_.size() - pos);
-    source_.read(pos, buf, n);
-    return n;
-  }
-
- private:
-  const ArchiveSource& source_;
-};
-
+// Note [Reading records without LibTorch]: an archive is read through its checked zip directory
+// (read_zip_directory; Note [Declared sizes]) and the records' local headers, the way
+// PyTorchStreamReader reads it: records live in the folder that the directory's first entry
+// names, a 'version' (or '.data/version') record holds a decimal number that LibTorch supports
+// (kMinSupportedFileFormatVersion..kMaxSupportedFileFormatVersion, after std::stoull's leading
+// blanks and '+'), and 'byteorder', when present, says "little". LibTorch's reader did this work
+// a second time per record (80,000 small records cost it 7% of a load) and was a second parser
+// of hostile bytes: it let std::out_of_range out of its version parse (a fuzz finding). The
+// small records read whole (data.pkl, version, byteorder) are checked against their CRC-32.
 class ArchiveReader {
  public:
   bool verify_crc32_ = true;  // check whole storages read by tensor()
 
   explicit ArchiveReader(const ArchiveSource& source) : source_(source) {
-    // Note [Declared sizes], before LibTorch allocates any.
-    for (const ZipEntry& entry : read_zip_directory(source)) {
-      const size_t slash = entry.name.find('/');
-      entries_[slash == std::string::npos ? entry.name : entry.name.substr(slash + 1)] = entry;
+    std::vector<ZipEntry> entries = read_zip_directory(source);  // Note [Declared sizes]
+    check(!entries.empty(), "the archive holds no records");
+    const size_t slash = entries.front().name.find('/');
+    check(slash != std::string::npos, "record '", entries.front().name,
+          "' is not in a folder: not a torch.save archive");
+    const std::string folder = entries.front().name.substr(0, slash + 1);
+    for (ZipEntry& entry : entries) {
+      if (entry.name.compare(0, folder.size(), folder) != 0) continue;  // never looked up
+      std::string name = entry.name.substr(folder.size());
+      const auto [it, added] = entries_.emplace(std::move(name), std::move(entry));
+      check(added, "record '", folder, it->first, "' appears twice in the zip directory");
     }
-    std::string pkl;
-    std::string order = "little";
-    zip([&] {
-      reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
-          std::make_shared<SourceAdapter>(source));
-      if (reader_->hasRecord("byteorder")) {
-        auto [ptr, n] = reader_->getRecord("byteorder");
-        order.assign(static_cast<const char*>(ptr.get()), n);
-      }
-      auto [ptr, n] = reader_->getRecord("data.pkl");
-      pkl.assign(static_cast<const char*>(ptr.get()), n);
-      budget_ = kExpansionSlack + kExpansionPerByte * n;
-    });
-    check(order == "little", "byte order '", order, "' is not supported");
+    const ZipEntry* version = find(".data/version");
+    if (version == nullptr) version = find("version");
+    check(version != nullptr, "no 'version' record: not a torch.save archive");
+    check_version(small_record(*version));
+    if (const ZipEntry* order = find("byteorder")) {
+      const std::string value = small_record(*order);
+      check(value == "little", "byte order '", value, "' is not supported");
+    }
+    const ZipEntry* pkl_entry = find("data.pkl");
+    check(pkl_entry != nullptr, "no 'data.pkl' record: not a torch.save archive");
+    std::string pkl = small_record(*pkl_entry);
+    budget_ = kExpansionSlack + kExpansionPerByte * pkl.size();
     tree_.emplace(pickle::unpickle(std::move(pkl), source_.describe() + " data.pkl"));
   }
 
   ObjectPtr root() const { return tree_->root(); }
-
-  // LibTorch's zip reader (PyTorchStreamReader), the foreign error source of this file: its
-  // c10::Errors keep their type and gain which record was being read. It also lets standard
-  // exceptions out on hostile input (PyTorchStreamReader::init parses the version record with
-  // std::stoull and catches only invalid_argument, so 20 digits throw std::out_of_range): those
-  // become c10::Error here, with the same context. std::bad_alloc passes unchanged (Note
-  // [Declared sizes] keeps file-declared sizes from reaching an allocation).
-  template <typename F>
-  void zip(F&& f) const {
-    const auto context = [&] {
-      return "corrupt item " + source_.describe() + ": not a readable torch.save record";
-    };
-    with_context(
-        [&] {
-          try {
-            std::forward<F>(f)();
-          } catch (const c10::Error&) {
-            throw;
-          } catch (const std::bad_alloc&) {
-            throw;
-          } catch (const std::exception& e) {
-            TORCH_CHECK(false, "LibTorch's zip reader failed: ", e.what());
-          }
-        },
-        context);
-  }
 
   template <typename... Args>
   [[noreturn]] void fail(const Args&... args) const {
@@ -314,21 +310,12 @@ class ArchiveReader {
     r.strides = int_list(a[3], "stride");
     check(r.sizes.size() == r.strides.size(), "size and stride lengths differ");
     const std::string record = "data/" + std::string(s[2]->str());
-    bool has_record = false;
-    uint64_t record_size = 0;
-    zip([&] {
-      has_record = reader_->hasRecord(record);
-      if (!has_record) return;
-      record_size = reader_->getRecordSize(record);
-      r.data_offset = reader_->getRecordOffset(record);
-    });
-    check(has_record, "missing record ", record);
-    check(record_size >= r.storage_bytes, "record ", record, " has ", record_size,
+    const ZipEntry* entry = find(record);
+    check(entry != nullptr, "missing record ", record);
+    check(entry->size >= r.storage_bytes, "record ", record, " has ", entry->size,
           " bytes, storage needs ", r.storage_bytes);
-    auto entry = entries_.find(record);
-    if (entry != entries_.end() && entry->second.size == r.storage_bytes) {
-      r.storage_crc32 = entry->second.crc32;
-    }
+    r.data_offset = zip_record_data_offset(source_, *entry);
+    if (entry->size == r.storage_bytes) r.storage_crc32 = entry->crc32;
     check(r.data_offset <= source_.size() && r.storage_bytes <= source_.size() - r.data_offset,
           "storage ", record, " extends past the item's end");
     // Every element the view can address must lie inside the storage.
@@ -474,8 +461,43 @@ class ArchiveReader {
     return out;
   }
 
+  const ZipEntry* find(const std::string& record) const {
+    const auto it = entries_.find(record);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+  // The bytes of a record read whole, checked against its CRC-32.
+  std::string small_record(const ZipEntry& entry) const {
+    const uint64_t at = zip_record_data_offset(source_, entry);
+    std::string bytes(entry.size, '\0');  // at most the item's size (Note [Declared sizes])
+    if (!bytes.empty()) source_.read(at, bytes.data(), bytes.size());
+    check(crc32(bytes.data(), bytes.size()) == entry.crc32, "record '", entry.name,
+          "' at archive bytes [", at, ", ", at + entry.size, ") fails its CRC-32 check");
+    return bytes;
+  }
+
+  // As PyTorchStreamReader::init (Note [Reading records without LibTorch]).
+  void check_version(const std::string& text) const {
+    size_t k = 0;
+    while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) ++k;
+    if (k < text.size() && text[k] == '+') ++k;
+    const size_t first = k;
+    uint64_t version = 0;
+    constexpr size_t kMaxDigits = 18;  // fits in uint64_t; LibTorch's range is 1..10
+    while (k < text.size() && k - first <= kMaxDigits &&
+           std::isdigit(static_cast<unsigned char>(text[k]))) {
+      version = version * 10 + static_cast<uint64_t>(text[k++] - '0');
+    }
+    const bool digits =
+        k > first && (k == text.size() || !std::isdigit(static_cast<unsigned char>(text[k])));
+    check(digits && version >= caffe2::serialize::kMinSupportedFileFormatVersion &&
+              version <= caffe2::serialize::kMaxSupportedFileFormatVersion,
+          "version record '", text.substr(0, 32), "' is not a torch.save format version (",
+          caffe2::serialize::kMinSupportedFileFormatVersion, "..",
+          caffe2::serialize::kMaxSupportedFileFormatVersion, ")");
+  }
+
   const ArchiveSource& source_;
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
   std::optional<pickle::Tree> tree_;  // set by the constructor
   std::map<std::string, at::Tensor> storages_;
   std::map<std::string, ZipEntry> entries_;  // by record name, without the archive's folder

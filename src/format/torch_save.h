@@ -1,7 +1,8 @@
 // torch.save records: the zip archives that hold each item of a '.distcp' file (docs/format.md §3).
 // Writing uses LibTorch's PyTorchStreamWriter (the same container code torch.save uses);
-// data.pkl is written by our protocol-2 writer with only weights_only-safe opcodes. Reading uses
-// PyTorchStreamReader over a random-access source and our restricted pickle reader.
+// data.pkl is written by our protocol-2 writer with only weights_only-safe opcodes. Reading walks
+// the checked zip directory over a random-access source (zip_directory.h), the way LibTorch's
+// PyTorchStreamReader reads it, and our restricted pickle reader.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -64,7 +65,7 @@ struct ByteRange {
 /// `slack = length - data_bytes` bytes of zip headers, data.pkl and trailer, so its data starts
 /// somewhere in [0, slack]: data byte k lies in [k, slack + k], every header byte in
 /// [0, slack) and every trailer byte in [length - slack, length). Reading the record's header
-/// touches the head; the zip reader (miniz, under PyTorchStreamReader) finds the end of the
+/// touches the head; the zip reader (read_zip_directory, as miniz) finds the end of the
 /// central directory by reading the record's last kZipTailRead bytes in one go, so the tail
 /// grows to that. The bounds assume what dcp and Python DCP write (a contiguous chunk at
 /// storage offset 0); for any other record they are merely loose, and readers must not rely on

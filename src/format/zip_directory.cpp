@@ -31,7 +31,7 @@ namespace dcp::detail {
 namespace {
 
 constexpr uint32_t kEocd = 0x06054b50, kEocd64 = 0x06064b50, kLocator64 = 0x07064b50,
-                   kEntry = 0x02014b50;
+                   kEntry = 0x02014b50, kLocalHeader = 0x04034b50;
 constexpr size_t kEocdSize = 22, kLocatorSize = 20, kEocd64Size = 56, kEntrySize = 46,
                  kLocalHeaderSize = 30, kMaxComment = 0xFFFF;
 constexpr uint64_t kDataDescriptorFlag = 0x8;  // general purpose flag bit 3
@@ -166,18 +166,29 @@ class Walk {
 
 }  // namespace
 
+uint64_t zip_record_data_offset(const ArchiveSource& source, const ZipEntry& e) {
+  // read_zip_directory checked that the header's fixed part and the name fit.
+  char header[kLocalHeaderSize];
+  source.read(e.local_header, header, kLocalHeaderSize);
+  TORCH_CHECK(le(header, 4) == kLocalHeader, "corrupt item ", source.describe(), ": record '",
+              e.name, "' has no local header at archive byte ", e.local_header);
+  const uint64_t data = e.local_header + kLocalHeaderSize + le(header + 26, 2) + le(header + 28, 2);
+  TORCH_CHECK(data <= source.size() && e.size <= source.size() - data, "corrupt item ",
+              source.describe(), ": record '", e.name, "' at archive byte ", data, " with ",
+              e.size, " bytes runs past the item's ", source.size());
+  return data;
+}
+
 void check_zip_records(const ArchiveSource& source) {
   auto check = [&](bool cond, const ZipEntry& e, const auto&... args) {
     TORCH_CHECK(cond, "corrupt item ", source.describe(), ": record '", e.name, "' ",
                 c10::str(args...));
   };
   for (const ZipEntry& e : read_zip_directory(source)) {
-    // read_zip_directory checked that the header's fixed part and the name fit.
+    const uint64_t data = zip_record_data_offset(source, e);
     char header[kLocalHeaderSize];
     source.read(e.local_header, header, kLocalHeaderSize);
-    const uint64_t name_len = le(header + 26, 2), extra_len = le(header + 28, 2);
-    check(le(header, 4) == 0x04034b50, e, "has no local header at archive byte ",
-          e.local_header);
+    const uint64_t name_len = le(header + 26, 2);
     std::string name(name_len, '\0');
     check(name_len == e.name.size(), e, "is named differently in its local header");
     source.read(e.local_header + kLocalHeaderSize, name.data(), name_len);
@@ -186,9 +197,6 @@ void check_zip_records(const ArchiveSource& source) {
                    crc = le(header + 14, 4), comp = le(header + 18, 4),
                    uncomp = le(header + 22, 4);
     check(method == 0, e, "is compressed in its local header");
-    const uint64_t data = e.local_header + kLocalHeaderSize + name_len + extra_len;
-    check(data <= source.size() && e.size <= source.size() - data, e, "at archive byte ", data,
-          " with ", e.size, " bytes runs past the item's ", source.size());
     if ((flags & kDataDescriptorFlag) == 0) {
       // Sizes read 0xFFFFFFFF where a zip64 extra field holds them.
       check((comp == 0xFFFFFFFF || comp == e.size) && (uncomp == 0xFFFFFFFF || uncomp == e.size),

@@ -1,7 +1,7 @@
-// Checks a torch.save archive's zip central directory before LibTorch opens it (Note [Declared
-// sizes] in zip_directory.cpp): every size and offset the directory declares must fit inside
-// the archive, because PyTorchStreamReader allocates a record's declared size before reading it
-// (its constructor already reads the 'version' record).
+// The zip layer of torch.save archives, for reading: the central directory, checked (Note
+// [Declared sizes] in zip_directory.cpp: every size and offset it declares must fit inside the
+// archive, since a reader allocates a record's declared size before reading it), where each
+// record's bytes start, and the whole-archive check dcp::verify runs.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,12 @@ struct ZipEntry {
 /// as torch.save writes them), each within the archive. Reads only the directory; time and
 /// memory are linear in its size, which is bounded by the archive's.
 std::vector<ZipEntry> read_zip_directory(const ArchiveSource& source);
+
+/// Where the bytes of `entry` (from read_zip_directory(source)) start: after its local header,
+/// whose name and extra fields are skipped (LibTorch's getRecordOffset). Throws c10::Error
+/// naming the archive and record unless the header's signature is there and the record's
+/// bytes lie inside the archive.
+uint64_t zip_record_data_offset(const ArchiveSource& source, const ZipEntry& entry);
 
 /// Reads every record of the archive and checks it against its directory entry: the local
 /// header's signature, name, sizes and CRC-32 field, and the CRC-32 of the record's bytes

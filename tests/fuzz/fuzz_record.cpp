@@ -1,7 +1,7 @@
 // libFuzzer target: the torch.save record readers on arbitrary bytes taken as one record of a
 // '.distcp' file (zip directory check, every zip record's CRC-32 as dcp::verify checks them,
-// LibTorch's PyTorchStreamReader behind it, data.pkl, storage geometry, CRC-32). Each reader
-// must return or throw c10::Error. Seeds: tests/fuzz/corpus/record (records cut out of Python
+// the records found through that directory, version, data.pkl, storage geometry, CRC-32). Each
+// reader must return or throw c10::Error. Seeds: tests/fuzz/corpus/record (records cut out of Python
 // DCP and dcp data files).
 #include <cstddef>
 #include <cstdint>
