@@ -75,7 +75,9 @@ TEST(ZipWriterTest, BytesEqualPyTorchStreamWriters) {
       {"PK\\7\\8 data", pk},
       {"1 MiB", at::rand({1 << 18})},
   };
-  for (const auto& [what, t] : tensors) {
+  for (const auto& entry : tensors) {
+    const std::string& what = entry.first;
+    const at::Tensor& t = entry.second;  // (clang cannot capture a structured binding)
     const std::string ours = collect([&](const ByteSink& sink) { write_tensor_archive(t, sink); });
     expect_bytes_of_libtorch(ours, what);
     const TensorRecord r = read_tensor_record(testing::StringSource(ours));

@@ -44,8 +44,11 @@ constexpr uint64_t kMaxArchive = uint64_t{0xF0000000};
 // UTF-8 names (0x0800), and a data descriptor (0x0008) after any data.
 uint64_t flags(uint64_t size) { return size == 0 ? 0x0800 : 0x0808; }
 
+// v as n little-endian bytes (bytes past the 8th are zeros).
 void le(std::string& out, uint64_t v, int n) {
-  for (int k = 0; k < n; ++k) out.push_back(static_cast<char>((v >> (8 * k)) & 0xFF));
+  for (int k = 0; k < n; ++k) {
+    out.push_back(k < 8 ? static_cast<char>((v >> (8 * k)) & 0xFF) : '\0');
+  }
 }
 
 }  // namespace
