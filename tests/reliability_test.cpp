@@ -639,8 +639,9 @@ std::string archive_with_version(const std::string& version) {
   detail::write_tensor_archive(at::arange(6, at::kFloat), [&](const void* d, size_t n) {
     original.append(static_cast<const char*>(d), n);
   });
+  std::istringstream in(original);  // IStreamAdapter does not own its stream
   caffe2::serialize::PyTorchStreamReader reader(
-      std::make_unique<caffe2::serialize::IStreamAdapter>(new std::istringstream(original)));
+      std::make_unique<caffe2::serialize::IStreamAdapter>(&in));
   std::string out;
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* d, size_t n) {
     out.append(static_cast<const char*>(d), n);
@@ -667,9 +668,10 @@ TEST(ReadingRecordsWithoutLibTorch, VersionRecordsAreAcceptedExactlyWhereLibTorc
         "99999999999999999999999\n", "18446744073709551616", "4\x00"}) {
     const std::string bytes = archive_with_version(version);
     bool libtorch_reads = true;
+    std::istringstream in(bytes);
     try {
       caffe2::serialize::PyTorchStreamReader check(
-          std::make_unique<caffe2::serialize::IStreamAdapter>(new std::istringstream(bytes)));
+          std::make_unique<caffe2::serialize::IStreamAdapter>(&in));
     } catch (const std::exception&) {
       libtorch_reads = false;
     }

@@ -30,8 +30,9 @@ std::string collect(Write&& write) {
 // The records of `archive` (but version and serialization id, which the writer adds), written
 // again by PyTorchStreamWriter in the same order.
 std::string rewritten_by_libtorch(const std::string& archive) {
+  std::istringstream in(archive);  // IStreamAdapter does not own its stream
   caffe2::serialize::PyTorchStreamReader reader(
-      std::make_unique<caffe2::serialize::IStreamAdapter>(new std::istringstream(archive)));
+      std::make_unique<caffe2::serialize::IStreamAdapter>(&in));
   std::string out;
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* d, size_t n) {
     if (d == nullptr) {
