@@ -142,7 +142,7 @@ class FileSystemReader : public StorageReader {
  private:
   std::string path_;
   FileSystemReaderOptions options_;
-  std::optional<Metadata> metadata_;
+  const Metadata* metadata_ = nullptr;  // set_up_storage_reader's, owned by its caller
 };
 
 }  // namespace dcp

@@ -47,7 +47,7 @@ class HuggingFaceStorageReader : public StorageReader {
  private:
   std::string path_;
   HuggingFaceStorageReaderOptions options_;
-  std::optional<Metadata> metadata_;
+  const Metadata* metadata_ = nullptr;  // set_up_storage_reader's, owned by its caller
 };
 
 struct HuggingFaceStorageWriterOptions {

@@ -81,7 +81,7 @@ class MemoryReader : public StorageReader {
  private:
   MemoryStorage& storage_;
   std::string checkpoint_id_;
-  std::optional<Metadata> metadata_;
+  const Metadata* metadata_ = nullptr;  // set_up_storage_reader's, owned by its caller
 };
 
 }  // namespace dcp

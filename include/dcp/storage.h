@@ -84,6 +84,8 @@ class StorageWriter {
 ///   all ranks:   prepare_local_plan(plan)
 ///   coordinator: prepare_global_plan(plans)
 ///   all ranks:   read_data(plan, planner)             -> future that completes when done
+/// The Metadata given to set_up_storage_reader outlives read_data (dcp::load owns it): a reader
+/// keeps a reference, as Python's readers keep `metadata.storage_data`, not a copy.
 /// Not thread-safe: each rank drives it from one thread.
 class StorageReader {
  public:

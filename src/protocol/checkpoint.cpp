@@ -303,13 +303,17 @@ LoadResult load(StateDict& state, StorageReader& reader, const LoadOptions& opti
       metadata = reader.read_metadata();
     } else {
       // The coordinator keeps what it read; only the other ranks parse the broadcast (at
-      // scale a parse costs seconds and gigabytes).
+      // scale a parse costs seconds and gigabytes). The coordinator's broadcast returns the
+      // bytes it sent, which it drops: parsing them would redo its read_metadata.
       std::optional<Metadata> read;
       bytes = dist.broadcast("read metadata", [&] {
         read = reader.read_metadata();
         return detail::encode_metadata(*read);
       });
-      if (read) metadata = std::move(*read);
+      if (read) {
+        metadata = std::move(*read);
+        std::string().swap(bytes);
+      }
     }
 
     // Every rank-local call runs inside a step, so that its failure reaches every rank.

@@ -24,7 +24,7 @@ FileSystemReader::~FileSystemReader() = default;
 
 void FileSystemReader::reset(const std::optional<std::string>& checkpoint_id) {
   if (checkpoint_id) path_ = *checkpoint_id;
-  metadata_.reset();
+  metadata_ = nullptr;
 }
 
 Metadata FileSystemReader::read_metadata() {
@@ -33,7 +33,7 @@ Metadata FileSystemReader::read_metadata() {
 
 void FileSystemReader::set_up_storage_reader(const Metadata& metadata, bool is_coordinator,
                                              int rank) {
-  metadata_ = metadata;
+  metadata_ = &metadata;
 }
 
 LoadPlan FileSystemReader::prepare_local_plan(LoadPlan plan) { return plan; }

@@ -78,7 +78,7 @@ HuggingFaceStorageReader::HuggingFaceStorageReader(std::string path,
 
 void HuggingFaceStorageReader::reset(const std::optional<std::string>& checkpoint_id) {
   if (checkpoint_id) path_ = *checkpoint_id;
-  metadata_.reset();
+  metadata_ = nullptr;
 }
 
 namespace {
@@ -156,7 +156,7 @@ Metadata HuggingFaceStorageReader::read_metadata() {
 }
 
 void HuggingFaceStorageReader::set_up_storage_reader(const Metadata& metadata, bool, int) {
-  metadata_ = metadata;
+  metadata_ = &metadata;
 }
 
 LoadPlan HuggingFaceStorageReader::prepare_local_plan(LoadPlan plan) { return plan; }
@@ -170,7 +170,7 @@ std::vector<LoadPlan> HuggingFaceStorageReader::prepare_global_plan(std::vector<
 std::future<void> HuggingFaceStorageReader::read_data(const LoadPlan& plan, LoadPlanner& planner) {
   std::promise<void> promise;
   try {
-    TORCH_CHECK(metadata_.has_value(), "read_data before set_up_storage_reader");
+    TORCH_CHECK(metadata_ != nullptr, "read_data before set_up_storage_reader");
     const Metadata& md = *metadata_;
     std::mutex files_mu;
     std::map<std::string, std::shared_ptr<const detail::InputFile>> files;  // guarded by files_mu

@@ -132,7 +132,7 @@ MemoryReader::MemoryReader(MemoryStorage& storage, std::string checkpoint_id)
 
 void MemoryReader::reset(const std::optional<std::string>& checkpoint_id) {
   if (checkpoint_id) checkpoint_id_ = *checkpoint_id;
-  metadata_.reset();
+  metadata_ = nullptr;
 }
 
 Metadata MemoryReader::read_metadata() {
@@ -145,7 +145,7 @@ Metadata MemoryReader::read_metadata() {
 
 void MemoryReader::set_up_storage_reader(const Metadata& metadata, bool is_coordinator,
                                          int rank) {
-  metadata_ = metadata;
+  metadata_ = &metadata;
 }
 
 LoadPlan MemoryReader::prepare_local_plan(LoadPlan plan) { return plan; }

@@ -235,11 +235,11 @@ const ArchiveSource& decoded_record(const ItemSource& item, const StorageInfo& i
 }
 
 std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner,
-                            const std::optional<Metadata>& metadata, const FileOpener& open,
+                            const Metadata* metadata, const FileOpener& open,
                             const ReadOptions& options) {
   std::promise<void> promise;
   try {
-    TORCH_CHECK(metadata.has_value(), "read_data before set_up_storage_reader");
+    TORCH_CHECK(metadata != nullptr, "read_data before set_up_storage_reader");
     read_items(plan, planner, *metadata, open, options);
     promise.set_value();
   } catch (...) {

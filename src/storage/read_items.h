@@ -62,9 +62,9 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
                 const FileOpener& open, const ReadOptions& options = {});
 
 /// StorageReader::read_data for a file-like backend: read_items against the metadata given to
-/// set_up_storage_reader (an error when there was none), its outcome in a ready future.
+/// set_up_storage_reader (an error when there was none: null), its outcome in a ready future.
 std::future<void> read_data(const LoadPlan& plan, LoadPlanner& planner,
-                            const std::optional<Metadata>& metadata, const FileOpener& open,
+                            const Metadata* metadata, const FileOpener& open,
                             const ReadOptions& options = {});
 
 }  // namespace dcp::detail
