@@ -146,7 +146,7 @@ class ArchiveWriter {
   uint64_t finish(const std::string& data_pkl) {
     uint64_t bytes = data_pkl.size();
     for (const at::Tensor& t : storages_) bytes += t.numel() * t.element_size();
-    if (ZipWriter::fits(bytes, storages_.size() + 7)) {
+    if (ZipWriter::fits(bytes, storages_.size() + kFixedRecords)) {
       ZipWriter zip(sink_);
       write_records(data_pkl, [&](const std::string& name, const void* data, size_t n) {
         zip.write_record(name, data, n);
@@ -182,6 +182,11 @@ class ArchiveWriter {
     for (int64_t v : values) w.integer(v);
     w.end_tuple(values.size());
   }
+
+  // The records besides the storages: write_records' data.pkl, .format_version,
+  // .storage_alignment and byteorder, and the version and .data/serialization_id that
+  // ZipWriter::finish (or PyTorchStreamWriter::writeEndOfFile) adds.
+  static constexpr uint64_t kFixedRecords = 6;
 
   // torch.save's records, in its order (writeEndOfFile adds version and serialization id).
   template <typename Write>

@@ -25,16 +25,20 @@
 #include <string>
 #include <utility>
 
+#include "format/zip_layout.h"
 #include "util/crc32.h"
 
 namespace dcp::detail {
 namespace {
 
-constexpr uint32_t kEocd = 0x06054b50, kEocd64 = 0x06064b50, kLocator64 = 0x07064b50,
-                   kEntry = 0x02014b50, kLocalHeader = 0x04034b50;
-constexpr size_t kEocdSize = 22, kLocatorSize = 20, kEocd64Size = 56, kEntrySize = 46,
-                 kLocalHeaderSize = 30, kMaxComment = 0xFFFF;
-constexpr uint64_t kDataDescriptorFlag = 0x8;  // general purpose flag bit 3
+using zip::kDataDescriptorFlag;
+using zip::kLocalHeader;
+using zip::kLocalHeaderSize;
+using zip::kMaxComment;
+constexpr uint32_t kEocd = zip::kEndOfDirectory, kEocd64 = zip::kEndOfDirectory64,
+                   kLocator64 = zip::kEndLocator64, kEntry = zip::kCentralEntry;
+constexpr uint64_t kEocdSize = zip::kEndOfDirectorySize, kLocatorSize = zip::kEndLocator64Size,
+                   kEocd64Size = zip::kEndOfDirectory64Size, kEntrySize = zip::kCentralEntrySize;
 
 uint64_t le(const char* p, int n) {
   uint64_t v = 0;
@@ -164,19 +168,30 @@ class Walk {
   const uint64_t size_;
 };
 
+// A record's local header (its fixed part) and where its data begins, checked to lie inside
+// the item.
+struct LocalHeader {
+  char bytes[kLocalHeaderSize];
+  uint64_t data;
+};
+
+LocalHeader read_local_header(const ArchiveSource& source, const ZipEntry& e) {
+  // read_zip_directory checked that the header's fixed part and the name fit.
+  LocalHeader h;
+  source.read(e.local_header, h.bytes, kLocalHeaderSize);
+  TORCH_CHECK(le(h.bytes, 4) == kLocalHeader, "corrupt item ", source.describe(), ": record '",
+              e.name, "' has no local header at archive byte ", e.local_header);
+  h.data = e.local_header + kLocalHeaderSize + le(h.bytes + 26, 2) + le(h.bytes + 28, 2);
+  TORCH_CHECK(h.data <= source.size() && e.size <= source.size() - h.data, "corrupt item ",
+              source.describe(), ": record '", e.name, "' at archive byte ", h.data, " with ",
+              e.size, " bytes runs past the item's ", source.size());
+  return h;
+}
+
 }  // namespace
 
 uint64_t zip_record_data_offset(const ArchiveSource& source, const ZipEntry& e) {
-  // read_zip_directory checked that the header's fixed part and the name fit.
-  char header[kLocalHeaderSize];
-  source.read(e.local_header, header, kLocalHeaderSize);
-  TORCH_CHECK(le(header, 4) == kLocalHeader, "corrupt item ", source.describe(), ": record '",
-              e.name, "' has no local header at archive byte ", e.local_header);
-  const uint64_t data = e.local_header + kLocalHeaderSize + le(header + 26, 2) + le(header + 28, 2);
-  TORCH_CHECK(data <= source.size() && e.size <= source.size() - data, "corrupt item ",
-              source.describe(), ": record '", e.name, "' at archive byte ", data, " with ",
-              e.size, " bytes runs past the item's ", source.size());
-  return data;
+  return read_local_header(source, e).data;
 }
 
 void check_zip_records(const ArchiveSource& source) {
@@ -185,9 +200,9 @@ void check_zip_records(const ArchiveSource& source) {
                 c10::str(args...));
   };
   for (const ZipEntry& e : read_zip_directory(source)) {
-    const uint64_t data = zip_record_data_offset(source, e);
-    char header[kLocalHeaderSize];
-    source.read(e.local_header, header, kLocalHeaderSize);
+    const LocalHeader local = read_local_header(source, e);
+    const char* header = local.bytes;
+    const uint64_t data = local.data;
     const uint64_t name_len = le(header + 26, 2);
     std::string name(name_len, '\0');
     check(name_len == e.name.size(), e, "is named differently in its local header");
@@ -211,7 +226,7 @@ void check_zip_records(const ArchiveSource& source) {
       const uint64_t at = data + e.size;
       std::string d(std::min<uint64_t>(24, source.size() - at), '\0');
       if (!d.empty()) source.read(at, d.data(), d.size());
-      const size_t sig = d.size() >= 4 && le(d.data(), 4) == 0x08074b50 ? 4 : 0;
+      const size_t sig = d.size() >= 4 && le(d.data(), 4) == zip::kDataDescriptor ? 4 : 0;
       const bool short_sizes = d.size() >= sig + 12 && le(d.data() + sig + 4, 4) == e.size &&
                                le(d.data() + sig + 8, 4) == e.size;
       const bool long_sizes = d.size() >= sig + 20 && le(d.data() + sig + 4, 8) == e.size &&

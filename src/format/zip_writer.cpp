@@ -29,6 +29,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "format/zip_layout.h"
 #include "util/crc32.h"
 
 namespace dcp::detail {
@@ -36,8 +37,6 @@ namespace {
 
 constexpr const char* kFolder = "archive/";
 constexpr uint64_t kAlignment = 64;  // PyTorchStreamWriter's kFieldAlignment
-constexpr uint64_t kLocalHeaderSize = 30, kDescriptorSize = 16, kEntrySize = 46;
-constexpr uint32_t kDescriptor = 0x08074b50;
 // Well below 4 GiB, where miniz starts writing zip64 fields into records.
 constexpr uint64_t kMaxArchive = uint64_t{0xF0000000};
 
@@ -55,8 +54,9 @@ void le(std::string& out, uint64_t v, int n) {
 
 bool ZipWriter::fits(uint64_t bytes, uint64_t records) {
   // Each record adds at most a header, padding, a descriptor and a directory entry.
-  constexpr uint64_t kPerRecord = kLocalHeaderSize + 4 + kAlignment + kDescriptorSize +
-                                  kEntrySize + 2 * 64;  // two copies of a name up to 64
+  constexpr uint64_t kPerRecord = zip::kLocalHeaderSize + 4 + kAlignment +
+                                  zip::kDataDescriptorSize + zip::kCentralEntrySize +
+                                  2 * 64;  // two copies of a name up to 64
   constexpr uint64_t kMaxRecords = 0xFFFF - 2;           // the end record's 16-bit counts
   return records <= kMaxRecords && bytes <= kMaxArchive &&
          records * kPerRecord <= kMaxArchive - bytes;
@@ -73,10 +73,10 @@ void ZipWriter::write_record(const std::string& name, const void* data, size_t s
   TORCH_CHECK(written_.insert(name).second, "zip record ", name, " written twice");
   TORCH_CHECK(offset_ + size <= kMaxArchive && full.size() <= 0xFFFF,
               "ZipWriter: record ", name, " does not fit (ZipWriter::fits)");
-  const uint64_t start = offset_ + kLocalHeaderSize + full.size() + 4;
+  const uint64_t start = offset_ + zip::kLocalHeaderSize + full.size() + 4;
   const uint64_t padding = (kAlignment - start % kAlignment) % kAlignment;
   scratch_.clear();
-  le(scratch_, 0x04034b50, 4);
+  le(scratch_, zip::kLocalHeader, 4);
   le(scratch_, 0, 2);       // version needed
   le(scratch_, flags(size), 2);
   le(scratch_, 0, 2);  // stored
@@ -99,14 +99,14 @@ void ZipWriter::write_record(const std::string& name, const void* data, size_t s
   if (size >= 8) {  // Note [The zip writer]: a write that begins with PK\7\8
     uint32_t head;
     std::memcpy(&head, data, 4);
-    if (head == kDescriptor) {
+    if (head == zip::kDataDescriptor) {
       uint32_t folded;
       std::memcpy(&folded, static_cast<const char*>(data) + 4, 4);
       combined_crc32_ = c10::hash_combine(combined_crc32_, folded);
     }
   }
   scratch_.clear();
-  le(scratch_, kDescriptor, 4);
+  le(scratch_, zip::kDataDescriptor, 4);
   le(scratch_, crc, 4);
   le(scratch_, size, 4);
   le(scratch_, size, 4);
@@ -133,7 +133,7 @@ uint64_t ZipWriter::finish() {
   const uint64_t directory = offset_;
   scratch_.clear();
   for (const Entry& e : entries_) {
-    le(scratch_, 0x02014b50, 4);
+    le(scratch_, zip::kCentralEntry, 4);
     le(scratch_, 0, 4);       // made by, needed
     le(scratch_, flags(e.size), 2);
     le(scratch_, 0, 6);  // method, time, date
@@ -148,7 +148,7 @@ uint64_t ZipWriter::finish() {
   }
   const uint64_t directory_size = scratch_.size();
   const uint64_t end64 = directory + directory_size;
-  le(scratch_, 0x06064b50, 4);
+  le(scratch_, zip::kEndOfDirectory64, 4);
   le(scratch_, 44, 8);
   le(scratch_, 0x031e, 2);
   le(scratch_, 0x2d, 2);
@@ -157,11 +157,11 @@ uint64_t ZipWriter::finish() {
   le(scratch_, entries_.size(), 8);
   le(scratch_, directory_size, 8);
   le(scratch_, directory, 8);
-  le(scratch_, 0x07064b50, 4);
+  le(scratch_, zip::kEndLocator64, 4);
   le(scratch_, 0, 4);
   le(scratch_, end64, 8);
   le(scratch_, 1, 4);
-  le(scratch_, 0x06054b50, 4);
+  le(scratch_, zip::kEndOfDirectory, 4);
   le(scratch_, 0, 4);  // disks
   le(scratch_, entries_.size(), 2);
   le(scratch_, entries_.size(), 2);
