@@ -31,14 +31,19 @@
 namespace dcp::detail {
 namespace {
 
+using zip::kCentralEntry;
+using zip::kCentralEntrySize;
+using zip::kDataDescriptor;
 using zip::kDataDescriptorFlag;
+using zip::kEndLocator64;
+using zip::kEndLocator64Size;
+using zip::kEndOfDirectory;
+using zip::kEndOfDirectory64;
+using zip::kEndOfDirectory64Size;
+using zip::kEndOfDirectorySize;
 using zip::kLocalHeader;
 using zip::kLocalHeaderSize;
 using zip::kMaxComment;
-constexpr uint32_t kEocd = zip::kEndOfDirectory, kEocd64 = zip::kEndOfDirectory64,
-                   kLocator64 = zip::kEndLocator64, kEntry = zip::kCentralEntry;
-constexpr uint64_t kEocdSize = zip::kEndOfDirectorySize, kLocatorSize = zip::kEndLocator64Size,
-                   kEocd64Size = zip::kEndOfDirectory64Size, kEntrySize = zip::kCentralEntrySize;
 
 uint64_t le(const char* p, int n) {
   uint64_t v = 0;
@@ -56,8 +61,9 @@ class Walk {
     uint64_t tail_size = std::min<uint64_t>(size_, RecordGeometry::kZipTailRead);
     std::string tail = read(size_ - tail_size, tail_size);
     size_t at = find_eocd(tail);
-    if (at == std::string::npos && tail_size < std::min<uint64_t>(size_, kEocdSize + kMaxComment)) {
-      tail_size = std::min<uint64_t>(size_, kEocdSize + kMaxComment);
+    const uint64_t widest = std::min<uint64_t>(size_, kEndOfDirectorySize + kMaxComment);
+    if (at == std::string::npos && tail_size < widest) {
+      tail_size = widest;
       tail = read(size_ - tail_size, tail_size);
       at = find_eocd(tail);
     }
@@ -69,19 +75,19 @@ class Walk {
     uint64_t entries = entries32, cd_size = cd_size32, cd_offset = cd_offset32;
     // As miniz: a locator is looked for only where the zip64 EOCD and it fit before the EOCD.
     std::string locator;
-    if (eocd_pos >= kLocatorSize + kEocd64Size) {
-      locator = read(eocd_pos - kLocatorSize, kLocatorSize);
-      if (le(locator.data(), 4) != kLocator64) locator.clear();
+    if (eocd_pos >= kEndLocator64Size + kEndOfDirectory64Size) {
+      locator = read(eocd_pos - kEndLocator64Size, kEndLocator64Size);
+      if (le(locator.data(), 4) != kEndLocator64) locator.clear();
     }
     check(!locator.empty() || (entries != 0xFFFF && cd_size != 0xFFFFFFFF &&
                                cd_offset != 0xFFFFFFFF),
           "zip64 directory locator missing");
     if (!locator.empty()) {
       const uint64_t eocd64_pos = le(locator.data() + 8, 8);
-      check(eocd64_pos <= size_ && kEocd64Size <= size_ - eocd64_pos,
+      check(eocd64_pos <= size_ && kEndOfDirectory64Size <= size_ - eocd64_pos,
             "zip64 directory record outside the archive");
-      const std::string r = read(eocd64_pos, kEocd64Size);
-      check(le(r.data(), 4) == kEocd64, "zip64 directory record missing");
+      const std::string r = read(eocd64_pos, kEndOfDirectory64Size);
+      check(le(r.data(), 4) == kEndOfDirectory64, "zip64 directory record missing");
       entries = le(r.data() + 32, 8);
       cd_size = le(r.data() + 40, 8);
       cd_offset = le(r.data() + 48, 8);
@@ -94,7 +100,7 @@ class Walk {
     }
     check(cd_offset <= size_ && cd_size <= size_ - cd_offset, "the zip directory [", cd_offset,
           ", +", cd_size, ") lies outside the archive of ", size_, " bytes");
-    check(entries <= cd_size / kEntrySize, "the zip directory claims ", entries,
+    check(entries <= cd_size / kCentralEntrySize, "the zip directory claims ", entries,
           " entries in ", cd_size, " bytes");
     const std::string cd = read(cd_offset, cd_size);
     size_t pos = 0;
@@ -106,26 +112,27 @@ class Walk {
  private:
   // The last EOCD signature in `tail` that leaves room for the record, or npos.
   static size_t find_eocd(const std::string& tail) {
-    for (size_t k = tail.size() >= kEocdSize ? tail.size() - kEocdSize + 1 : 0; k-- > 0;) {
-      if (le(tail.data() + k, 4) == kEocd) return k;
+    const size_t n = tail.size();
+    for (size_t k = n >= kEndOfDirectorySize ? n - kEndOfDirectorySize + 1 : 0; k-- > 0;) {
+      if (le(tail.data() + k, 4) == kEndOfDirectory) return k;
     }
     return std::string::npos;
   }
 
   // Checks the entry at `pos` of the directory; returns where the next one starts.
   size_t entry(const std::string& cd, size_t pos) {
-    check(cd.size() - pos >= kEntrySize && le(cd.data() + pos, 4) == kEntry,
+    check(cd.size() - pos >= kCentralEntrySize && le(cd.data() + pos, 4) == kCentralEntry,
           "malformed zip directory entry at directory byte ", pos);
     const char* p = cd.data() + pos;
     const uint64_t method = le(p + 10, 2), name_len = le(p + 28, 2), extra_len = le(p + 30, 2),
                    comment_len = le(p + 32, 2);
     uint64_t comp = le(p + 20, 4), uncomp = le(p + 24, 4), local = le(p + 42, 4);
     const auto crc = static_cast<uint32_t>(le(p + 16, 4));
-    check(cd.size() - pos - kEntrySize >= name_len + extra_len + comment_len,
+    check(cd.size() - pos - kCentralEntrySize >= name_len + extra_len + comment_len,
           "zip directory entry at directory byte ", pos, " runs past the directory");
-    const std::string name(p + kEntrySize, name_len);
+    const std::string name(p + kCentralEntrySize, name_len);
     // zip64 extra field: the 8-byte values of the fields that read 0xFFFFFFFF, in order.
-    const char* extra = p + kEntrySize + name_len;
+    const char* extra = p + kCentralEntrySize + name_len;
     for (uint64_t x = 0; x + 4 <= extra_len;) {
       const uint64_t id = le(extra + x, 2), len = le(extra + x + 2, 2);
       check(x + 4 + len <= extra_len, "record '", name, "': malformed zip extra field");
@@ -150,7 +157,7 @@ class Walk {
           "record '", name, "' at archive byte ", local, " with ", uncomp,
           " bytes lies outside the item's ", size_);
     entries.push_back(ZipEntry{name, uncomp, crc, local});
-    return pos + kEntrySize + name_len + extra_len + comment_len;
+    return pos + kCentralEntrySize + name_len + extra_len + comment_len;
   }
 
   std::string read(uint64_t offset, uint64_t n) const {
@@ -226,7 +233,7 @@ void check_zip_records(const ArchiveSource& source) {
       const uint64_t at = data + e.size;
       std::string d(std::min<uint64_t>(24, source.size() - at), '\0');
       if (!d.empty()) source.read(at, d.data(), d.size());
-      const size_t sig = d.size() >= 4 && le(d.data(), 4) == zip::kDataDescriptor ? 4 : 0;
+      const size_t sig = d.size() >= 4 && le(d.data(), 4) == kDataDescriptor ? 4 : 0;
       const bool short_sizes = d.size() >= sig + 12 && le(d.data() + sig + 4, 4) == e.size &&
                                le(d.data() + sig + 8, 4) == e.size;
       const bool long_sizes = d.size() >= sig + 20 && le(d.data() + sig + 4, 8) == e.size &&
