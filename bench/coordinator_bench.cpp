@@ -13,7 +13,8 @@
 // With a directory, the '.metadata' is also written there as '<dir>/.metadata'. The second
 // form then times, in a fresh process, FileSystemReader::read_metadata on it: what every rank
 // runs at the start of a load; the third splits that time into reading the file, parsing the
-// pickle into an object tree and building the Metadata. bench/python_read_metadata.py <dir>
+// pickle into an object tree and building the Metadata, and times the wire message the
+// coordinator broadcasts instead of the pickle. bench/python_read_metadata.py <dir>
 // times Python DCP's.
 //
 // Each step also reports how much it grew the peak resident memory: at this scale, touching
@@ -91,6 +92,17 @@ int read_steps(const std::string& dir) {
   std::printf("  decode_metadata (tree again, then Metadata): %.3f s, +%.0f MiB (%zu storage "
               "entries)\n",
               build.seconds, build.grew_mib, metadata.storage_data.size());
+  // What the other ranks decode instead in dcp::load and dcp::save: the coordinator's
+  // broadcast of the same Metadata, in the wire format (protocol/plan_codec.h).
+  Step encode;
+  const std::string message = dcp::detail::encode_metadata_message(metadata);
+  encode.stop();
+  Step decode;
+  const dcp::Metadata broadcast = dcp::detail::decode_metadata_message(message);
+  decode.stop();
+  std::printf("  encode_metadata_message: %.3f s (%zu bytes); decode_metadata_message: %.3f s, "
+              "+%.0f MiB\n",
+              encode.seconds, message.size(), decode.seconds, decode.grew_mib);
   // The floor under all of it: what the first touch of fresh memory costs on this machine.
   constexpr size_t kGiB = size_t{1} << 30;
   Step touch;

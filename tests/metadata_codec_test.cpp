@@ -1,4 +1,5 @@
-// '.metadata' encoding and decoding: round trips, Python-shaped inputs, corrupt bytes.
+// '.metadata' encoding and decoding: round trips, Python-shaped inputs, corrupt bytes; and the
+// wire message in which the coordinator broadcasts a Metadata to the other ranks.
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
@@ -6,6 +7,7 @@
 
 #include "format/metadata_codec.h"
 #include "format/pickle.h"
+#include "protocol/plan_codec.h"
 
 namespace dcp::detail {
 namespace {
@@ -64,6 +66,50 @@ TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
   std::vector<std::string> keys;
   for (const auto& entry : back.state_dict_metadata) keys.push_back(entry.first);
   EXPECT_EQ(keys, (std::vector<std::string>{"w", "scalar", "step"}));
+}
+
+// The message dcp::load and dcp::save broadcast: every field, the entries' order (which
+// Metadata's == ignores) and each MetadataIndex's index hint (which == ignores too).
+TEST(MetadataCodecTest, BroadcastMessageKeepsEveryFieldTheOrderAndTheIndexHints) {
+  Metadata md = sample();
+  auto& w = std::get<TensorStorageMetadata>(md.state_dict_metadata["w"]);
+  w.properties.layout = c10::Layout::Sparse;
+  w.properties.memory_format = MemFormatEncoding::TORCH_CHANNELS_LAST;
+  w.properties.pin_memory = true;
+  md.state_dict_metadata["a_last"] = BytesStorageMetadata{};
+  md.storage_data.begin()->second.transform_descriptors = {"zstd", "crc"};
+  md.storage_meta->load_id = "load";
+  md.storage_meta->modules = {"model", "optim"};
+
+  const Metadata back = decode_metadata_message(encode_metadata_message(md));
+  EXPECT_TRUE(back == md);
+  std::vector<std::string> order, back_order;
+  for (const auto& entry : md.state_dict_metadata) order.push_back(entry.first);
+  for (const auto& entry : back.state_dict_metadata) back_order.push_back(entry.first);
+  EXPECT_EQ(back_order, order);
+  ASSERT_EQ(back.storage_data.size(), md.storage_data.size());
+  for (auto a = md.storage_data.cbegin(), b = back.storage_data.cbegin();
+       a != md.storage_data.end(); ++a, ++b) {
+    EXPECT_EQ(b->first.index, a->first.index) << a->first;
+  }
+
+  // The optional fields absent.
+  md.planner_data.reset();
+  md.storage_meta.reset();
+  md.version.reset();
+  const Metadata bare = decode_metadata_message(encode_metadata_message(md));
+  EXPECT_TRUE(bare == md);
+  EXPECT_FALSE(bare.planner_data.has_value());
+  EXPECT_FALSE(bare.storage_meta.has_value());
+  EXPECT_FALSE(bare.version.has_value());
+}
+
+TEST(MetadataCodecTest, TruncatedBroadcastMessageRaisesInsteadOfReadingPastIt) {
+  const std::string bytes = encode_metadata_message(sample());
+  for (size_t n : {size_t{0}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {
+    EXPECT_THROW(decode_metadata_message(bytes.substr(0, n)), c10::Error) << n;
+  }
+  EXPECT_THROW(decode_metadata_message(bytes + "x"), c10::Error);
 }
 
 TEST(MetadataCodecTest, RecurringNamesAndFilesRoundTripAndAreWrittenOnce) {

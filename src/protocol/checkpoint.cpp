@@ -31,7 +31,6 @@
 #include "protocol/key_mapping.h"
 #include "protocol/dist_wrapper.h"
 #include "protocol/events.h"
-#include "format/metadata_codec.h"
 #include "storage_data.h"
 #include "util/error_context.h"
 #include "protocol/plan_codec.h"
@@ -240,11 +239,11 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
             events.begin(Phase::kCommit);
             writer.finish(metadata, all_results);
             events.end(Phase::kCommit);
-            return dist.size() == 1 ? std::string() : detail::encode_metadata(metadata);
+            return dist.size() == 1 ? std::string() : detail::encode_metadata_message(metadata);
           });
       events.finish(written.first, written.second);
       if (is_coordinator) return metadata;
-      return detail::decode_metadata(committed.data(), committed.size(), "the committed metadata");
+      return detail::decode_metadata_message(committed);
     } catch (...) {
       abort_quietly(writer);  // on every rank: the step's error reached them all
       throw;
@@ -308,7 +307,7 @@ LoadResult load(StateDict& state, StorageReader& reader, const LoadOptions& opti
       std::optional<Metadata> read;
       bytes = dist.broadcast("read metadata", [&] {
         read = reader.read_metadata();
-        return detail::encode_metadata(*read);
+        return detail::encode_metadata_message(*read);
       });
       if (read) {
         metadata = std::move(*read);
@@ -321,7 +320,7 @@ LoadResult load(StateDict& state, StorageReader& reader, const LoadOptions& opti
         "plan",
         [&] {
           if (!bytes.empty()) {
-            metadata = detail::decode_metadata(bytes.data(), bytes.size(), "the broadcast metadata");
+            metadata = detail::decode_metadata_message(bytes);
           }
           detail::apply_key_mapping(metadata, options.key_mapping);
           if (options.strict != StrictHandling::kRaiseMissing) {

@@ -1,4 +1,4 @@
-// Plan and write-result encoding (see plan_codec.h).
+// Plan, write-result and metadata encoding (see plan_codec.h).
 #include "protocol/plan_codec.h"
 
 #include "util/wire.h"
@@ -211,6 +211,127 @@ std::vector<WriteResult> decode_write_results(const std::string& bytes) {
   }
   TORCH_CHECK(r.done(), "wire: trailing bytes after write results");
   return results;
+}
+
+namespace {
+
+template <typename T>
+void put_optional(wire::Writer& w, const std::optional<T>& v) {
+  w.u8(v.has_value());
+  if (v) w.str(*v);
+}
+
+std::optional<std::string> get_optional(wire::Reader& r) {
+  if (r.u8() == 0) return std::nullopt;
+  return r.str();
+}
+
+}  // namespace
+
+// Field by field, in the order of the Metadata struct; every map in its own iteration order,
+// so the decoder appends (state_dict_metadata) or inserts at the end (the sorted maps).
+std::string encode_metadata_message(const Metadata& metadata) {
+  wire::Writer w;
+  w.i64(static_cast<int64_t>(metadata.state_dict_metadata.size()));
+  for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
+    w.str(fqn);
+    const auto* tensor = std::get_if<TensorStorageMetadata>(&entry);
+    w.u8(tensor != nullptr);
+    if (tensor == nullptr) continue;
+    const TensorProperties& p = tensor->properties;
+    w.i64(static_cast<int64_t>(p.dtype));
+    w.i64(static_cast<int64_t>(p.layout));
+    w.u8(p.requires_grad);
+    w.i64(static_cast<int64_t>(p.memory_format));
+    w.u8(p.pin_memory);
+    w.ints(tensor->size);
+    w.i64(static_cast<int64_t>(tensor->chunks.size()));
+    for (const auto& chunk : tensor->chunks) {
+      w.ints(chunk.offsets);
+      w.ints(chunk.sizes);
+    }
+  }
+  w.u8(metadata.planner_data.has_value());
+  if (metadata.planner_data) {
+    w.i64(static_cast<int64_t>(metadata.planner_data->size()));
+    for (const auto& [fqn, path] : *metadata.planner_data) {
+      w.str(fqn);
+      put_path(w, path);
+    }
+  }
+  w.i64(static_cast<int64_t>(metadata.storage_data.size()));
+  for (const auto& [index, info] : metadata.storage_data) {
+    put_index(w, index);
+    w.str(info.relative_path);
+    w.i64(info.offset);
+    w.i64(info.length);
+    w.strs(info.transform_descriptors);
+  }
+  w.u8(metadata.storage_meta.has_value());
+  if (metadata.storage_meta) {
+    put_optional(w, metadata.storage_meta->checkpoint_id);
+    put_optional(w, metadata.storage_meta->save_id);
+    put_optional(w, metadata.storage_meta->load_id);
+    w.strs(metadata.storage_meta->modules);
+  }
+  put_optional(w, metadata.version);
+  return w.take();
+}
+
+Metadata decode_metadata_message(const std::string& bytes) {
+  wire::Reader r(bytes);
+  Metadata metadata;
+  const size_t entries = r.count();
+  for (size_t i = 0; i < entries; ++i) {
+    std::string fqn = r.str();
+    if (r.u8() == 0) {
+      metadata.state_dict_metadata.try_emplace(std::move(fqn), BytesStorageMetadata{});
+      continue;
+    }
+    TensorStorageMetadata tensor;
+    TensorProperties& p = tensor.properties;
+    p.dtype = static_cast<c10::ScalarType>(r.i64());
+    p.layout = static_cast<c10::Layout>(r.i64());
+    p.requires_grad = r.u8();
+    p.memory_format = static_cast<MemFormatEncoding>(r.i64());
+    p.pin_memory = r.u8();
+    tensor.size = r.ints();
+    tensor.chunks.resize(r.count());
+    for (auto& chunk : tensor.chunks) {
+      chunk.offsets = r.ints();
+      chunk.sizes = r.ints();
+    }
+    metadata.state_dict_metadata.try_emplace(std::move(fqn), std::move(tensor));
+  }
+  if (r.u8()) {
+    auto& planner_data = metadata.planner_data.emplace();
+    const size_t n = r.count();
+    for (size_t i = 0; i < n; ++i) {
+      std::string fqn = r.str();
+      planner_data.emplace_hint(planner_data.end(), std::move(fqn), get_path(r));
+    }
+  }
+  const size_t items = r.count();
+  for (size_t i = 0; i < items; ++i) {
+    MetadataIndex index = get_index(r);
+    StorageInfo info;
+    info.relative_path = r.str();
+    info.offset = r.i64();
+    info.length = r.i64();
+    info.transform_descriptors = r.strs();
+    metadata.storage_data.emplace_hint(metadata.storage_data.end(), std::move(index),
+                                       std::move(info));
+  }
+  if (r.u8()) {
+    StorageMeta& meta = metadata.storage_meta.emplace();
+    meta.checkpoint_id = get_optional(r);
+    meta.save_id = get_optional(r);
+    meta.load_id = get_optional(r);
+    meta.modules = r.strs();
+  }
+  metadata.version = get_optional(r);
+  TORCH_CHECK(r.done(), "wire: trailing bytes after a Metadata");
+  return metadata;
 }
 
 }  // namespace dcp::detail
