@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -171,7 +172,7 @@ class DefaultSavePlanner : public SavePlanner {
 
   DefaultSavePlannerOptions options_;
   FlatStateDict flat_;
-  std::map<std::string, size_t> by_fqn_;
+  std::unordered_map<std::string, size_t> by_fqn_;  // flat_'s index of each key
   bool is_coordinator_ = false;
   // Note [Plan caching] (default_planner.cpp): what the previous successful save planned.
   struct PlanCache {
@@ -223,7 +224,7 @@ class DefaultLoadPlanner : public LoadPlanner {
   StateDict* state_ = nullptr;
   const Metadata* metadata_ = nullptr;  // owned by the caller of set_up_planner
   FlatStateDict flat_;
-  std::map<std::string, size_t> by_fqn_;
+  std::unordered_map<std::string, size_t> by_fqn_;  // flat_'s index of each key
 };
 
 /// Python's _EmptyStateDictLoadPlanner: loads a checkpoint without a destination. Given an

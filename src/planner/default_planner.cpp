@@ -39,8 +39,9 @@ FlatStateDict top_level_items(const StateDict& state) {
   return flat;
 }
 
-std::map<std::string, size_t> index_by_fqn(const FlatStateDict& flat) {
-  std::map<std::string, size_t> by_fqn;
+std::unordered_map<std::string, size_t> index_by_fqn(const FlatStateDict& flat) {
+  std::unordered_map<std::string, size_t> by_fqn;
+  by_fqn.reserve(flat.items.size());
   for (size_t i = 0; i < flat.items.size(); ++i) by_fqn.emplace(flat.items[i].first, i);
   return by_fqn;
 }
