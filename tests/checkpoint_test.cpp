@@ -82,6 +82,36 @@ TEST(CheckpointTest, LoadFillsTensorsInPlaceAndReplacesOtherValues) {
   EXPECT_EQ(dest["step"], Value(10));
 }
 
+// Parameters require grad. The reads write into them in place (a leaf that requires grad
+// refuses in-place writes, so the planner writes through a detached view) and they stay leaves
+// that require grad: whole tensors, a shard (rows 1-2 of 4, a narrowed destination) and a
+// non-contiguous destination (a transposed view, filled by a copy).
+TEST(CheckpointTest, LoadFillsTensorsThatRequireGradInPlace) {
+  testing::TempDir dir;
+  StateDict sd;
+  sd["w"] = testing::make_tensor(at::kFloat, {4, 3}, 1);
+  sd["s"] = testing::make_tensor(at::kFloat, {4, 3}, 2);
+  sd["t"] = testing::make_tensor(at::kFloat, {3, 4}, 3);
+  save(sd, dir.sub("c"));
+
+  StateDict dest;
+  at::Tensor w = at::zeros({4, 3}).requires_grad_(true);
+  at::Tensor rows = at::zeros({2, 3}).requires_grad_(true);
+  at::Tensor t_storage = at::zeros({4, 3});
+  at::Tensor t = t_storage.t().requires_grad_(true);  // {3, 4}, not contiguous
+  dest["w"] = w;
+  dest["s"] = ShardedTensor({4, 3}, at::kFloat, {Shard{rows, {1, 0}}});
+  dest["t"] = t;
+  load(dest, dir.sub("c"));
+  EXPECT_TRUE(at::equal(w.detach(), sd["w"].tensor()));
+  EXPECT_TRUE(at::equal(rows.detach(), sd["s"].tensor().narrow(0, 1, 2)));
+  EXPECT_TRUE(at::equal(t.detach(), sd["t"].tensor()));
+  for (const at::Tensor& p : {w, rows, t}) {
+    EXPECT_TRUE(p.requires_grad());
+    EXPECT_TRUE(p.is_leaf());
+  }
+}
+
 TEST(CheckpointTest, NewerDtypesUseTheV3Record) {
   testing::TempDir dir;
   StateDict sd;

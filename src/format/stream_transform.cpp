@@ -105,7 +105,7 @@ std::string zstd_decompress(const ArchiveSource& source, uint64_t max_bytes) {
 }
 
 void BufferSource::read(uint64_t offset, void* dst, size_t n) const {
-  TORCH_CHECK(offset <= data_.size() && n <= data_.size() - offset, "reading ", origin_, " at [",
+  TORCH_CHECK(offset <= data_.size() && n <= data_.size() - offset, "reading ", describe(), " at [",
               offset, ", ", offset + n, "): past its end (", data_.size(), " bytes)");
   std::memcpy(dst, data_.data() + offset, n);
 }

@@ -209,7 +209,7 @@ void read_items(const LoadPlan& plan, LoadPlanner& planner, const Metadata& meta
           } else if (source.size() <= options.whole_record_bytes) {  // Note [Small records]
             std::string bytes(source.size(), '\0');
             source.read(0, bytes.data(), bytes.size());
-            decoded.emplace(std::move(bytes), source.describe());
+            decoded.emplace(std::move(bytes), source);
             read_record(*decoded, record.items, planner, options);
           } else {
             read_record(source, record.items, planner, options);
