@@ -144,10 +144,8 @@ std::string MpiCommunicator::broadcast(const std::string& data, int root) {
   DCP_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm_, &r[0]));
   wait(r, "broadcast", from_root);
   std::string out = rank_ == root ? data : std::string(static_cast<size_t>(n), '\0');
-  if (n > 0) {
-    DCP_MPI_CHECK(MPI_Ibcast(out.data(), to_int_count(n), MPI_BYTE, root, comm_, &r[0]));
-    wait(r, "broadcast", from_root, /*spin=*/true);
-  }
+  // In pieces, like any buffer: the Metadata of a large job can pass MPI's int count.
+  if (n > 0) broadcast_buffer(out.data(), static_cast<size_t>(n), root);
   return out;
 }
 
