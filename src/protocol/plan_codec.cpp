@@ -44,6 +44,50 @@ ObjectPath get_path(wire::Reader& r) {
   return path;
 }
 
+void put_properties(wire::Writer& w, const TensorProperties& p) {
+  w.i64(static_cast<int64_t>(p.dtype));
+  w.i64(static_cast<int64_t>(p.layout));
+  w.u8(p.requires_grad);
+  w.i64(static_cast<int64_t>(p.memory_format));
+  w.u8(p.pin_memory);
+}
+
+TensorProperties get_properties(wire::Reader& r) {
+  TensorProperties p;
+  p.dtype = static_cast<c10::ScalarType>(r.i64());
+  p.layout = static_cast<c10::Layout>(r.i64());
+  p.requires_grad = r.u8();
+  p.memory_format = static_cast<MemFormatEncoding>(r.i64());
+  p.pin_memory = r.u8();
+  return p;
+}
+
+void put_storage_info(wire::Writer& w, const StorageInfo& info) {
+  w.str(info.relative_path);
+  w.i64(info.offset);
+  w.i64(info.length);
+  w.strs(info.transform_descriptors);
+}
+
+StorageInfo get_storage_info(wire::Reader& r) {
+  StorageInfo info;
+  info.relative_path = r.str();
+  info.offset = r.i64();
+  info.length = r.i64();
+  info.transform_descriptors = r.strs();
+  return info;
+}
+
+void put_optional(wire::Writer& w, const std::optional<std::string>& v) {
+  w.u8(v.has_value());
+  if (v) w.str(*v);
+}
+
+std::optional<std::string> get_optional(wire::Reader& r) {
+  if (r.u8() == 0) return std::nullopt;
+  return r.str();
+}
+
 }  // namespace
 
 std::string encode_save_plan(const SavePlan& plan) {
@@ -57,10 +101,7 @@ std::string encode_save_plan(const SavePlan& plan) {
       const auto& t = *item.tensor_data;
       w.ints(t.chunk.offsets);
       w.ints(t.chunk.sizes);
-      w.i64(static_cast<int64_t>(t.properties.dtype));
-      w.u8(t.properties.requires_grad);
-      w.u8(t.properties.pin_memory);
-      w.i64(static_cast<int64_t>(t.properties.memory_format));
+      put_properties(w, t.properties);
       w.ints(t.size);
     }
   }
@@ -85,10 +126,7 @@ SavePlan decode_save_plan(const std::string& bytes) {
       TensorWriteData t;
       t.chunk.offsets = r.ints();
       t.chunk.sizes = r.ints();
-      t.properties.dtype = static_cast<c10::ScalarType>(r.i64());
-      t.properties.requires_grad = r.u8();
-      t.properties.pin_memory = r.u8();
-      t.properties.memory_format = static_cast<MemFormatEncoding>(r.i64());
+      t.properties = get_properties(r);
       t.size = r.ints();
       item.tensor_data = std::move(t);
     }
@@ -190,10 +228,7 @@ std::string encode_write_results(const std::vector<WriteResult>& results) {
   for (const auto& res : results) {
     put_index(w, res.index);
     w.i64(res.size_in_bytes);
-    w.str(res.storage_data.relative_path);
-    w.i64(res.storage_data.offset);
-    w.i64(res.storage_data.length);
-    w.strs(res.storage_data.transform_descriptors);
+    put_storage_info(w, res.storage_data);
   }
   return w.take();
 }
@@ -204,29 +239,11 @@ std::vector<WriteResult> decode_write_results(const std::string& bytes) {
   for (auto& res : results) {
     res.index = get_index(r);
     res.size_in_bytes = r.i64();
-    res.storage_data.relative_path = r.str();
-    res.storage_data.offset = r.i64();
-    res.storage_data.length = r.i64();
-    res.storage_data.transform_descriptors = r.strs();
+    res.storage_data = get_storage_info(r);
   }
   TORCH_CHECK(r.done(), "wire: trailing bytes after write results");
   return results;
 }
-
-namespace {
-
-template <typename T>
-void put_optional(wire::Writer& w, const std::optional<T>& v) {
-  w.u8(v.has_value());
-  if (v) w.str(*v);
-}
-
-std::optional<std::string> get_optional(wire::Reader& r) {
-  if (r.u8() == 0) return std::nullopt;
-  return r.str();
-}
-
-}  // namespace
 
 // Field by field, in the order of the Metadata struct; every map in its own iteration order,
 // so the decoder appends (state_dict_metadata) or inserts at the end (the sorted maps).
@@ -238,12 +255,7 @@ std::string encode_metadata_message(const Metadata& metadata) {
     const auto* tensor = std::get_if<TensorStorageMetadata>(&entry);
     w.u8(tensor != nullptr);
     if (tensor == nullptr) continue;
-    const TensorProperties& p = tensor->properties;
-    w.i64(static_cast<int64_t>(p.dtype));
-    w.i64(static_cast<int64_t>(p.layout));
-    w.u8(p.requires_grad);
-    w.i64(static_cast<int64_t>(p.memory_format));
-    w.u8(p.pin_memory);
+    put_properties(w, tensor->properties);
     w.ints(tensor->size);
     w.i64(static_cast<int64_t>(tensor->chunks.size()));
     for (const auto& chunk : tensor->chunks) {
@@ -262,10 +274,7 @@ std::string encode_metadata_message(const Metadata& metadata) {
   w.i64(static_cast<int64_t>(metadata.storage_data.size()));
   for (const auto& [index, info] : metadata.storage_data) {
     put_index(w, index);
-    w.str(info.relative_path);
-    w.i64(info.offset);
-    w.i64(info.length);
-    w.strs(info.transform_descriptors);
+    put_storage_info(w, info);
   }
   w.u8(metadata.storage_meta.has_value());
   if (metadata.storage_meta) {
@@ -289,12 +298,7 @@ Metadata decode_metadata_message(const std::string& bytes) {
       continue;
     }
     TensorStorageMetadata tensor;
-    TensorProperties& p = tensor.properties;
-    p.dtype = static_cast<c10::ScalarType>(r.i64());
-    p.layout = static_cast<c10::Layout>(r.i64());
-    p.requires_grad = r.u8();
-    p.memory_format = static_cast<MemFormatEncoding>(r.i64());
-    p.pin_memory = r.u8();
+    tensor.properties = get_properties(r);
     tensor.size = r.ints();
     tensor.chunks.resize(r.count());
     for (auto& chunk : tensor.chunks) {
@@ -314,13 +318,8 @@ Metadata decode_metadata_message(const std::string& bytes) {
   const size_t items = r.count();
   for (size_t i = 0; i < items; ++i) {
     MetadataIndex index = get_index(r);
-    StorageInfo info;
-    info.relative_path = r.str();
-    info.offset = r.i64();
-    info.length = r.i64();
-    info.transform_descriptors = r.strs();
     metadata.storage_data.emplace_hint(metadata.storage_data.end(), std::move(index),
-                                       std::move(info));
+                                       get_storage_info(r));
   }
   if (r.u8()) {
     StorageMeta& meta = metadata.storage_meta.emplace();
