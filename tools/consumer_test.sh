@@ -5,7 +5,9 @@
 #   subdirectory  add_subdirectory of this checkout
 #   fetchcontent  FetchContent from this checkout's git repository at HEAD (committed state),
 #                 as a shared library (BUILD_SHARED_LIBS=ON)
-# The consumer is told where LibTorch is (CMAKE_PREFIX_PATH) and nothing else.
+# The consumer is told where LibTorch is (CMAKE_PREFIX_PATH) and nothing else; it builds Release.
+# A passing run removes its folder (each one holds a whole dcp build, up to 1 GiB); a failing one
+# leaves it for a look.
 #
 #   tools/consumer_test.sh <mode> <build_dir> <torch_cmake_prefix>
 set -euo pipefail
@@ -17,7 +19,7 @@ WORK="$BUILD/consumer/$MODE"
 rm -rf "$WORK" && mkdir -p "$WORK"
 source "$ROOT/tools/mpi_env.sh"
 
-args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DDCP_CONSUMER_MODE="$MODE")
+args=(-DCMAKE_BUILD_TYPE=Release -DDCP_CONSUMER_MODE="$MODE")
 case "$MODE" in
   package)
     cmake --install "$BUILD" --prefix "$WORK/prefix" >/dev/null
@@ -56,3 +58,4 @@ if [[ "$MODE" == fetchcontent ]]; then
   fi
 fi
 "${MPIRUN[@]}" -np 2 "$WORK/build/consumer" "$WORK/ckpt"
+rm -rf "$WORK"
