@@ -23,8 +23,8 @@ log() { printf '\n== %s\n' "$*"; }
 # Debug information is kept (RelWithDebInfo) but zlib-compressed in objects and binaries (-gz):
 # gdb and the sanitizers' symbolizers read it as before, and a build takes about 40% less disk.
 GZ_FLAGS="-gz"
-# What a fresh `test` run writes (the build, the sanitizer builds, the consumer builds and the
-# tests' checkpoints at their peak; README "Quick start"), beside the 1.2 GiB venv.
+# What a fresh `test` run writes at its peak, with a margin: the 1.2 GiB venv, the build, the
+# sanitizer builds, a consumer build and the tests' checkpoints (README "Quick start").
 TEST_DISK_GIB=6
 
 # Prints the free space where the build lives, and a warning when a fresh suite would not fit.
