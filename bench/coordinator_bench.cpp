@@ -9,12 +9,16 @@
 //   coordinator_bench [ranks=1024] [tensors=2000] [dir]
 //   coordinator_bench read <dir>
 //   coordinator_bench read-steps <dir>
+//   coordinator_bench read-tree <dir>
 //
 // With a directory, the '.metadata' is also written there as '<dir>/.metadata'. The second
 // form then times, in a fresh process, FileSystemReader::read_metadata on it: what every rank
-// runs at the start of a load; the third splits that time into reading the file, parsing the
-// pickle into an object tree and building the Metadata, and times the wire message the
-// coordinator broadcasts instead of the pickle. bench/python_read_metadata.py <dir>
+// runs at the start of a load; the third splits that time into reading the file and the direct
+// decoder's pass (what read_metadata runs), times the object-tree decoder it falls back to
+// (the tree alone, then tree and Metadata), and times the wire message the coordinator
+// broadcasts instead of the pickle; the fourth times read_metadata's work with the object-tree
+// decoder instead of the direct one, in a fresh process (what a file the direct decoder gives
+// up on costs). bench/python_read_metadata.py <dir>
 // times Python DCP's.
 //
 // Each step also reports how much it grew the peak resident memory: at this scale, touching
@@ -25,14 +29,15 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dcp/dcp.h"
 #include "format/metadata_codec.h"
 #include "format/pickle.h"
+#include "io/file.h"
 #include "protocol/plan_codec.h"
 #include "storage_data.h"
 
@@ -70,13 +75,32 @@ int read_metadata(const std::string& dir) {
   return 0;
 }
 
-// Where read_metadata's time goes, in a fresh process: reading the file, parsing the pickle
-// into an object tree (then dropped), and decode_metadata (a tree again, and the Metadata).
+// What read_metadata costs when the direct decoder gives up (a '.metadata' it does not know):
+// the same file read, then the object-tree decoder; in a fresh process, as `read`.
+int read_tree(const std::string& dir) {
+  Step read;
+  const std::string bytes = dcp::detail::read_file(dir + "/.metadata");
+  const dcp::Metadata metadata =
+      dcp::detail::decode_metadata_tree(bytes.data(), bytes.size(), "bench");
+  read.stop();
+  std::printf("  read_file + decode_metadata_tree (the fallback): %.3f s, peak memory +%.0f MiB "
+              "(%zu storage entries)\n",
+              read.seconds, read.grew_mib, metadata.storage_data.size());
+  return 0;
+}
+
+// Where read_metadata's time goes, in a fresh process: reading the file (as read_metadata
+// does), the direct decoder (what read_metadata runs), and the decoder it falls back to: the
+// pickle's object tree alone (then dropped), then the tree again and the Metadata.
 int read_steps(const std::string& dir) {
   Step file;
-  std::ifstream in(dir + "/.metadata", std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = dcp::detail::read_file(dir + "/.metadata");
   file.stop();
+  // The direct decoder first, while the process's memory is fresh, as in read_metadata.
+  Step direct;
+  std::optional<dcp::Metadata> direct_metadata =
+      dcp::detail::decode_metadata_direct(bytes.data(), bytes.size());
+  direct.stop();
   Step tree_step;
   {
     const dcp::detail::pickle::Tree tree =
@@ -84,13 +108,20 @@ int read_steps(const std::string& dir) {
     tree_step.stop();
   }
   Step build;
-  const dcp::Metadata metadata = dcp::detail::decode_metadata(bytes.data(), bytes.size(), "bench");
+  const dcp::Metadata metadata =
+      dcp::detail::decode_metadata_tree(bytes.data(), bytes.size(), "bench");
   build.stop();
   std::printf("  reading the file: %.3f s, +%.0f MiB\n", file.seconds, file.grew_mib);
+  std::printf("  decode_metadata_direct (what read_metadata runs): %.3f s, +%.0f MiB (%s)\n",
+              direct.seconds, direct.grew_mib,
+              !direct_metadata                ? "gave up"
+              : *direct_metadata == metadata ? "the same Metadata as the tree's"
+                                              : "A DIFFERENT Metadata from the tree's");
+  direct_metadata.reset();
   std::printf("  the pickle's object tree alone: %.3f s, +%.0f MiB\n", tree_step.seconds,
               tree_step.grew_mib);
-  std::printf("  decode_metadata (tree again, then Metadata): %.3f s, +%.0f MiB (%zu storage "
-              "entries)\n",
+  std::printf("  decode_metadata_tree (tree again, then Metadata): %.3f s, +%.0f MiB (%zu "
+              "storage entries)\n",
               build.seconds, build.grew_mib, metadata.storage_data.size());
   // What the other ranks decode instead in dcp::load and dcp::save: the coordinator's
   // broadcast of the same Metadata, in the wire format (protocol/plan_codec.h).
@@ -120,6 +151,7 @@ int read_steps(const std::string& dir) {
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "read") return read_metadata(argv[2]);
   if (argc == 3 && std::string(argv[1]) == "read-steps") return read_steps(argv[2]);
+  if (argc == 3 && std::string(argv[1]) == "read-tree") return read_tree(argv[2]);
   const int ranks = argc > 1 ? std::stoi(argv[1]) : 1024;
   const int tensors = argc > 2 ? std::stoi(argv[2]) : 2000;
   const int64_t rows = 4096, cols = 1024;

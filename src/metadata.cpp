@@ -100,6 +100,31 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
   return out;
 }
 
+void StorageDataBuilder::add(MetadataIndex index, StorageInfo info) {
+  if (unordered_.empty()) {
+    bool ascends = ordered_.empty();
+    if (!ascends) {
+      const MetadataIndex& last = ordered_.rbegin()->first;
+      const int c = last.fqn.compare(index.fqn);
+      ascends = c < 0 || (c == 0 && compare_offsets(last.offset, index.offset) < 0);
+    }
+    if (ascends) {
+      ordered_.emplace_hint(ordered_.end(), std::move(index), std::move(info));
+      return;
+    }
+    unordered_.reserve(2 * ordered_.size() + 1);
+    while (!ordered_.empty()) {
+      auto node = ordered_.extract(ordered_.begin());
+      unordered_.emplace_back(std::move(node.key()), std::move(node.mapped()));
+    }
+  }
+  unordered_.emplace_back(std::move(index), std::move(info));
+}
+
+std::map<MetadataIndex, StorageInfo> StorageDataBuilder::finish() && {
+  return unordered_.empty() ? std::move(ordered_) : make_storage_data(std::move(unordered_));
+}
+
 }  // namespace detail
 
 }  // namespace dcp

@@ -1,8 +1,13 @@
-// '.metadata' encoding and decoding: round trips, Python-shaped inputs, corrupt bytes; and the
-// wire message in which the coordinator broadcasts a Metadata to the other ranks.
+// '.metadata' encoding and decoding: round trips, Python-shaped inputs, corrupt bytes, the two
+// decoders (direct and object tree) against each other; and the wire message in which the
+// coordinator broadcasts a Metadata to the other ranks.
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <iterator>
 #include <tuple>
 
 #include "format/metadata_codec.h"
@@ -53,10 +58,42 @@ void end_dataclass(pickle::Writer& w) {
   w.build();
 }
 
+// TensorProperties as Python pickles it: NEWOBJ, then BUILD with the 5-tuple state (dtype,
+// torch.strided, requires_grad False, memory format 0, pin_memory False).
+void tensor_properties(pickle::Writer& w, const char* module, const char* dtype,
+                       const char* memory_format_class) {
+  w.global(module, "TensorProperties");
+  w.empty_tuple();
+  w.newobj();
+  w.mark();
+  w.global("torch", dtype);
+  w.global("torch", "strided");
+  w.boolean(false);
+  w.global(module, memory_format_class);
+  w.integer(0);
+  w.tuple(1);
+  w.reduce();
+  w.boolean(false);
+  w.tuple_from_mark();
+  w.build();
+}
+
+// Decodes `bytes` with both decoders: the direct one must read them (where `direct` says so)
+// and agree with the object tree's.
+Metadata decode_both(const std::string& bytes, bool direct = true) {
+  const Metadata tree = decode_metadata_tree(bytes.data(), bytes.size(), "test");
+  const std::optional<Metadata> fast = decode_metadata_direct(bytes.data(), bytes.size());
+  EXPECT_EQ(fast.has_value(), direct);
+  if (fast) EXPECT_TRUE(*fast == tree);
+  const Metadata chosen = decode_metadata(bytes.data(), bytes.size(), "test");
+  EXPECT_TRUE(chosen == tree);
+  return tree;
+}
+
 TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
   const Metadata md = sample();
   const std::string bytes = encode_metadata(md);
-  const Metadata back = decode_metadata(bytes.data(), bytes.size(), "test");
+  const Metadata back = decode_both(bytes);
   EXPECT_TRUE(back == md);
   // Byte items have no offset; 0-d tensors have an empty one: different keys.
   EXPECT_EQ(back.storage_data.count(MetadataIndex("step")), 1u);
@@ -125,7 +162,7 @@ TEST(MetadataCodecTest, RecurringNamesAndFilesRoundTripAndAreWrittenOnce) {
     }
   }
   const std::string bytes = encode_metadata(md);
-  const Metadata back = decode_metadata(bytes.data(), bytes.size(), "test");
+  const Metadata back = decode_both(bytes);
   EXPECT_TRUE(back == md);
   auto count = [&](const std::string& text) {
     size_t n = 0;
@@ -170,14 +207,19 @@ TEST(MetadataCodecTest, EveryTruncationOrByteFlipRaisesACleanError) {
   const std::string bytes = encode_metadata(sample());
   for (size_t n = 0; n < bytes.size(); n += 7) {
     EXPECT_THROW(decode_metadata(bytes.data(), n, "'.metadata'"), c10::Error) << n;
+    EXPECT_FALSE(decode_metadata_direct(bytes.data(), n).has_value()) << n;
   }
-  // Flipping bytes must never crash; it either raises or yields some metadata.
+  // Flipping bytes must never crash; it either raises or yields some metadata, and what the
+  // direct decoder reads, the tree decoder reads the same.
   for (size_t i = 0; i < bytes.size(); i += 3) {
     std::string corrupt = bytes;
     corrupt[i] = static_cast<char>(corrupt[i] ^ 0x5a);
+    const auto direct = decode_metadata_direct(corrupt.data(), corrupt.size());
     try {
-      decode_metadata(corrupt.data(), corrupt.size(), "'.metadata'");
+      const Metadata tree = decode_metadata_tree(corrupt.data(), corrupt.size(), "'.metadata'");
+      if (direct) EXPECT_TRUE(*direct == tree) << i;
     } catch (const c10::Error& e) {
+      EXPECT_FALSE(direct.has_value()) << i;
       EXPECT_NE(std::string(e.what()).find(".metadata"), std::string::npos);
     }
   }
@@ -207,20 +249,8 @@ TEST(MetadataCodecTest, AcceptsLegacyTensorPropertiesAndMissingOptionalFields) {
   w.str("t");
   begin_dataclass(w, kMetadataModule, "TensorStorageMetadata");
   w.str("properties");
-  w.global("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties");
-  w.empty_tuple();
-  w.newobj();
-  w.mark();
-  w.global("torch", "float");  // an alias
-  w.global("torch", "strided");
-  w.boolean(false);
-  w.global("torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING");
-  w.integer(0);
-  w.tuple(1);
-  w.reduce();
-  w.boolean(false);
-  w.tuple_from_mark();
-  w.build();
+  tensor_properties(w, "torch.distributed._shard.sharded_tensor.metadata", "float",  // an alias
+                    "MEM_FORMAT_ENCODING");
   w.str("size");
   w.global("torch", "Size");
   w.integer(2);
@@ -233,7 +263,7 @@ TEST(MetadataCodecTest, AcceptsLegacyTensorPropertiesAndMissingOptionalFields) {
   w.setitems();
   end_dataclass(w);
   const std::string bytes = w.finish();
-  Metadata md = decode_metadata(bytes.data(), bytes.size(), "legacy");
+  Metadata md = decode_both(bytes);
   const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at("t"));
   EXPECT_EQ(t.properties.dtype, c10::ScalarType::Float);
   EXPECT_EQ(t.size, std::vector<int64_t>{2});
@@ -291,7 +321,7 @@ TEST(MetadataCodecTest, StorageDataInAnyOrderDecodesToTheSameMapAndTheLastDuplic
   std::vector<std::vector<std::tuple<std::string, int64_t, int64_t>>> decoded;
   for (const auto& order : orders) {
     const std::string bytes = storage_data_pickle(order);
-    const Metadata md = decode_metadata(bytes.data(), bytes.size(), "test");
+    const Metadata md = decode_both(bytes);
     decoded.emplace_back();
     for (const auto& [index, info] : md.storage_data) {
       ASSERT_TRUE(index.offset.has_value());
@@ -303,6 +333,135 @@ TEST(MetadataCodecTest, StorageDataInAnyOrderDecodesToTheSameMapAndTheLastDuplic
   EXPECT_EQ(decoded[1], decoded[0]);
   EXPECT_EQ(decoded[2], (std::vector<Row>{{"a", 0, 1}, {"a", 2, 7}, {"a", 4, 2}, {"b", 0, 3}}));
   EXPECT_EQ(decoded[3], decoded[0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The direct decoder (format/metadata_direct.cpp) against the object tree's.
+
+TEST(MetadataDirectDecoderTest, ReadsWhatDcpWritesInEveryVariant) {
+  Metadata md = sample();
+  md.storage_data.begin()->second.transform_descriptors = {"zstd", "crc"};
+  md.storage_meta->load_id = "load";
+  md.storage_meta->modules = {"model", "optim"};
+  auto& w = std::get<TensorStorageMetadata>(md.state_dict_metadata["w"]);
+  w.properties.memory_format = MemFormatEncoding::TORCH_CHANNELS_LAST;
+  w.properties.pin_memory = true;
+  // Past 256 memo keys (LONG_BINPUT/LONG_BINGET), negative and 64-bit ints, 5-d shapes.
+  for (int t = 0; t < 300; ++t) {
+    const std::string fqn = "layers." + std::to_string(t) + ".weight";
+    TensorStorageMetadata big;
+    big.size = {int64_t{1} << 40, 3, 1, 1, 70000};
+    big.chunks = {{{0, 0, 0, 0, 0}, {int64_t{1} << 40, 3, 1, 1, 70000}}};
+    md.state_dict_metadata[fqn] = big;
+    md.storage_data[MetadataIndex(fqn, std::vector<int64_t>{0, 0, 0, 0, 0}, 0)] = {
+        "__" + std::to_string(t) + "_0.distcp", int64_t{3} << 33, 1 << 20, {}};
+    (*md.planner_data)[fqn] = {Key("layers"), Key(int64_t{-t}), Key("weight")};
+  }
+  EXPECT_TRUE(decode_both(encode_metadata(md)) == md);
+
+  md.planner_data.reset();
+  md.storage_meta.reset();
+  md.version.reset();
+  EXPECT_TRUE(decode_both(encode_metadata(md)) == md);
+
+  Metadata empty;
+  EXPECT_TRUE(decode_both(encode_metadata(empty)) == empty);
+}
+
+// Python DCP's own '.metadata' files (tests/fuzz/corpus/metadata: protocol 4, every object
+// memoized, frames, STACK_GLOBAL, layouts through _get_layout, pathlib checkpoint ids).
+TEST(MetadataDirectDecoderTest, ReadsPythonDcpFilesAsTheTreeDecoderDoes) {
+  const std::filesystem::path dir =
+      std::filesystem::path(DCP_SOURCE_DIR) / "tests/fuzz/corpus/metadata";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    SCOPED_TRACE(entry.path().string());
+    const Metadata md = decode_both(bytes);
+    EXPECT_FALSE(md.state_dict_metadata.empty());
+    ++files;
+  }
+  EXPECT_GE(files, 3);
+}
+
+// Where the input leaves what dcp and Python write, the direct decoder gives up and the tree
+// decoder decides: it reads these.
+TEST(MetadataDirectDecoderTest, GivesUpWhereTheTreeDecoderDecides) {
+  auto metadata_with = [](const std::function<void(pickle::Writer&)>& sdm_value) {
+    pickle::Writer w;
+    begin_dataclass(w, kMetadataModule, "Metadata");
+    w.str("state_dict_metadata");
+    sdm_value(w);
+    end_dataclass(w);
+    return w.finish();
+  };
+  // An OrderedDict where Python writes a dict.
+  const std::string ordered = metadata_with([](pickle::Writer& w) {
+    w.global("collections", "OrderedDict");
+    w.empty_tuple();
+    w.reduce();
+    w.mark();
+    w.str("step");
+    w.global(kMetadataModule, "BytesStorageMetadata");
+    w.empty_tuple();
+    w.newobj();
+    w.setitems();
+  });
+  EXPECT_EQ(decode_both(ordered, /*direct=*/false).state_dict_metadata.size(), 1u);
+  // A field the dataclass does not have (the tree ignores it).
+  const std::string unknown_field = metadata_with([](pickle::Writer& w) {
+    w.empty_dict();
+    w.mark();
+    w.str("t");
+    begin_dataclass(w, kMetadataModule, "TensorStorageMetadata");
+    w.str("properties");
+    tensor_properties(w, kMetadataModule, "float32", "_MEM_FORMAT_ENCODING");
+    w.str("size");
+    w.empty_tuple();
+    w.str("chunks");
+    w.empty_list();
+    w.str("future_field");
+    w.none();
+    end_dataclass(w);
+    w.setitems();
+  });
+  EXPECT_EQ(decode_both(unknown_field, /*direct=*/false).state_dict_metadata.size(), 1u);
+}
+
+// Note [Expansion budget]: both decoders charge each copy of a memo-shared value alike, so a
+// small file that names one long string many times is refused by both, and one that stays
+// within the budget is read alike by both.
+TEST(MetadataDirectDecoderTest, ChargesMemoSharedValuesAsTheTreeDecoderDoes) {
+  auto shared_keys = [](int references) {
+    pickle::Writer w;
+    begin_dataclass(w, kMetadataModule, "Metadata");
+    w.str("state_dict_metadata");
+    w.empty_dict();
+    w.mark();
+    const auto key = w.str(std::string(60000, 'k'));
+    const auto cls = w.global(kMetadataModule, "BytesStorageMetadata");
+    w.empty_tuple();
+    w.newobj();
+    for (int k = 1; k < references; ++k) {
+      w.get(key);
+      w.get(cls);
+      w.empty_tuple();
+      w.newobj();
+    }
+    w.setitems();
+    end_dataclass(w);
+    return w.finish();
+  };
+  EXPECT_EQ(decode_both(shared_keys(100)).state_dict_metadata.size(), 1u);
+  const std::string bomb = shared_keys(1000);  // 60 MB of keys from a 69 KB file
+  EXPECT_FALSE(decode_metadata_direct(bomb.data(), bomb.size()).has_value());
+  try {
+    decode_metadata(bomb.data(), bomb.size(), "'.metadata'");
+    ADD_FAILURE() << "accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expands to more than"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// A bump allocator for the pickle reader's object trees: memory handed out in growing chunks
-// and released all at once when the arena dies.
+// A bump allocator for the pickle reader's object trees, and the memory '.metadata' is read
+// into (storage/metadata_file.cpp): memory handed out in growing chunks and released all at
+// once when the arena dies.
 //
 // A '.metadata' at scale parses into gigabytes of small objects, and on Linux the cost of that
 // is first touching the pages, not the parsing. Chunks of 2 MiB and more are therefore their own

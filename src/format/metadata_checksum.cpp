@@ -86,7 +86,7 @@ MetadataChecksum decode_metadata_checksum(const std::string& text, const std::st
   return out;
 }
 
-ChecksumVerdict check_metadata_checksum(const std::string& metadata_bytes,
+ChecksumVerdict check_metadata_checksum(std::string_view metadata_bytes,
                                         const std::optional<std::string>& metadata_save_id,
                                         const MetadataChecksum& checksum) {
   if (metadata_bytes.size() == checksum.size &&

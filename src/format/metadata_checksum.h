@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace dcp::detail {
 
@@ -32,7 +33,7 @@ enum class ChecksumVerdict {
 };
 
 /// Compares '.metadata' (its bytes, and the save id it declares, if any) with a sidecar.
-ChecksumVerdict check_metadata_checksum(const std::string& metadata_bytes,
+ChecksumVerdict check_metadata_checksum(std::string_view metadata_bytes,
                                         const std::optional<std::string>& metadata_save_id,
                                         const MetadataChecksum& checksum);
 

@@ -1,23 +1,22 @@
 // The '.metadata' codec. Encoding follows docs/format.md §2 (the nesting Python's pickle emits for
-// the DCP dataclasses); decoding interprets the restricted reader's inert object tree and
-// accepts only the closed set of globals of docs/format.md §2. Unknown globals are tolerated only
-// inside storage_meta and planner_data, which are informational.
+// the DCP dataclasses). Decoding tries the direct decoder (format/metadata_direct.cpp); where
+// it gives up, this file interprets the restricted reader's inert object tree, accepting only
+// the closed set of globals of docs/format.md §2. Unknown globals are tolerated only inside
+// storage_meta and planner_data, which are informational.
 #include "format/metadata_codec.h"
 
 #include <c10/util/Exception.h>
 
 #include "format/dtypes.h"
+#include "format/metadata_schema.h"
 #include "format/pickle.h"
 #include "storage_data.h"
 #include "util/name_interner.h"
-#include "util/offset_order.h"
 
 namespace dcp::detail {
 namespace {
 
-constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
-constexpr const char* kLegacyMetadataModule = "torch.distributed._shard.sharded_tensor.metadata";
-constexpr const char* kFilesystemModule = "torch.distributed.checkpoint.filesystem";
+using namespace metadata_schema;  // NOLINT(google-build-using-namespace): the format's names
 
 // ---------------------------------------------------------------------------------------------
 // Encoding
@@ -251,7 +250,7 @@ class Decoder {
  public:
   // `input_bytes`: the pickle's size, which sets the expansion budget.
   Decoder(const std::string& source, size_t input_bytes)
-      : source_(source), budget_(kExpansionSlack + kExpansionPerByte * input_bytes) {}
+      : source_(source), budget_(budget_for(input_bytes)) {}
 
   Metadata decode(ObjectPtr root) {
     expect_instance(root, kMetadataModule, "Metadata", "the root object");
@@ -333,13 +332,9 @@ class Decoder {
         " state");
   }
 
-  // Note [Expansion budget] (format/torch_save.cpp): the pickle memo lets a small file refer
+  // Note [Expansion budget] (format/metadata_schema.h): the pickle memo lets a small file refer
   // to one large torch.Size or string from many places; each copy made here is charged, and
   // decoding stops at kExpansionPerByte bytes per input byte plus kExpansionSlack.
-  static constexpr uint64_t kExpansionPerByte = 64;
-  static constexpr uint64_t kExpansionSlack = uint64_t{8} << 20;
-  // At most this many dimensions per tensor (PyTorch's own kernels stop at 25).
-  static constexpr size_t kMaxDims = 64;
   void charge(uint64_t bytes) const {
     spent_ += bytes;
     if (spent_ > budget_) {
@@ -351,7 +346,7 @@ class Decoder {
 
   std::string as_str(ObjectPtr o, const char* what) const {
     if (o->kind != Kind::Str) fail(what, " should be a str, found ", describe(o));
-    charge(32 + o->str().size());
+    charge(kStrCharge + o->str().size());
     return std::string(o->str());
   }
   int64_t as_int(ObjectPtr o, const char* what) const {
@@ -377,7 +372,7 @@ class Decoder {
       fail(what, " '", fqn, "' has ", seq->items().size(), " dimensions; at most ", kMaxDims,
            " are supported");
     }
-    charge(8 * (seq->items().size() + 1));
+    charge(shape_charge(seq->items().size()));
     std::vector<int64_t> dims(seq->items().size());
     for (size_t k = 0; k < dims.size(); ++k) {
       const ObjectPtr item = seq->items()[k];
@@ -548,36 +543,14 @@ class Decoder {
     return info;
   }
 
-  // dcp writes storage_data in key order, so entries go straight into the map while they
-  // ascend. Python writes them in rank order: at the first entry out of order the map is
-  // taken apart and make_storage_data sorts everything (equal keys: the last one wins, as in
-  // a dict).
   std::map<MetadataIndex, StorageInfo> storage_data(ObjectPtr dict) const {
-    std::map<MetadataIndex, StorageInfo> out;
-    std::vector<std::pair<MetadataIndex, StorageInfo>> unordered;
+    StorageDataBuilder out;
     for_each_entry(dict, "storage_data", [&](ObjectPtr k, ObjectPtr v) {
       MetadataIndex index = metadata_index(k);
       StorageInfo info = storage_info(v, index);
-      if (unordered.empty()) {
-        bool ascends = out.empty();
-        if (!ascends) {
-          const MetadataIndex& last = out.rbegin()->first;
-          const int c = last.fqn.compare(index.fqn);
-          ascends = c < 0 || (c == 0 && compare_offsets(last.offset, index.offset) < 0);
-        }
-        if (ascends) {
-          out.emplace_hint(out.end(), std::move(index), std::move(info));
-          return;
-        }
-        unordered.reserve(dict->items().size() / 2);
-        while (!out.empty()) {
-          auto node = out.extract(out.begin());
-          unordered.emplace_back(std::move(node.key()), std::move(node.mapped()));
-        }
-      }
-      unordered.emplace_back(std::move(index), std::move(info));
+      out.add(std::move(index), std::move(info));
     });
-    return unordered.empty() ? std::move(out) : make_storage_data(std::move(unordered));
+    return std::move(out).finish();
   }
 
   // Informational: anything unexpected inside is dropped rather than rejected.
@@ -620,7 +593,7 @@ class Decoder {
       if (key->kind != Kind::Str || path->kind != Kind::Tuple) return std::nullopt;
       ObjectPath p;
       for (const ObjectPtr item : path->items()) {
-        charge(32 + (item->kind == Kind::Str ? item->str().size() : 0));
+        charge(kStrCharge + (item->kind == Kind::Str ? item->str().size() : 0));
         if (item->kind == Kind::Str) p.emplace_back(std::string(item->str()));
         else if (item->kind == Kind::Int) p.emplace_back(item->i());
         else return std::nullopt;
@@ -640,6 +613,11 @@ class Decoder {
 std::string encode_metadata(const Metadata& metadata) { return Encoder().encode(metadata); }
 
 Metadata decode_metadata(const char* data, size_t size, const std::string& source) {
+  if (auto metadata = decode_metadata_direct(data, size)) return std::move(*metadata);
+  return decode_metadata_tree(data, size, source);
+}
+
+Metadata decode_metadata_tree(const char* data, size_t size, const std::string& source) {
   // The tree dies before this returns, so it may point into the caller's bytes.
   const pickle::Tree tree = pickle::unpickle_view(data, size, source);
   return Decoder(source, size).decode(tree.root());

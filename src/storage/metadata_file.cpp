@@ -3,8 +3,12 @@
 
 #include <c10/util/Exception.h>
 
-#include <map>
+#include <fcntl.h>
 
+#include <map>
+#include <string_view>
+
+#include "format/arena.h"
 #include "format/metadata_checksum.h"
 #include "format/metadata_codec.h"
 #include "io/file.h"
@@ -64,6 +68,28 @@ Metadata merge_rank_local_metadata(const std::vector<std::pair<std::string, Meta
   return out;
 }
 
+namespace {
+
+// A '.metadata' file's bytes, in memory first touched as huge pages where the kernel gives them
+// (format/arena.h): at scale the file is 200 MiB and more, 50,000 faults in 4 KiB pages.
+struct MetadataBytes {
+  Arena arena;
+  std::string_view bytes;
+};
+MetadataBytes read_metadata_bytes(const std::string& path) {
+  const File f = File::open(path, O_RDONLY);
+  const uint64_t size = f.size();
+  TORCH_CHECK(size <= kMaxMetadataBytes, "'", path, "' holds ", size, " bytes, more than the ",
+              kMaxMetadataBytes, " a '.metadata' can have");
+  MetadataBytes out;
+  char* data = static_cast<char*>(out.arena.allocate(size, 1));
+  f.pread_all(data, size, 0);
+  out.bytes = std::string_view(data, size);
+  return out;
+}
+
+}  // namespace
+
 MetadataFile read_metadata_file(const std::string& dir, bool check_checksum) {
   TORCH_CHECK(!dir.empty(), "FileSystemReader: no checkpoint path (pass a checkpoint_id)");
   const std::string file = join_path(dir, paths::metadata_file());
@@ -77,8 +103,9 @@ MetadataFile read_metadata_file(const std::string& dir, bool check_checksum) {
       std::vector<std::pair<std::string, Metadata>> parts;
       for (const auto& [rank, name] : rank_files) {
         const std::string path = join_path(dir, name);
-        const std::string bytes = read_file(path, kMaxMetadataBytes);
-        parts.emplace_back(path, decode_metadata(bytes.data(), bytes.size(), "'" + path + "'"));
+        const MetadataBytes read = read_metadata_bytes(path);
+        parts.emplace_back(path,
+                           decode_metadata(read.bytes.data(), read.bytes.size(), "'" + path + "'"));
       }
       MetadataFile out;
       out.metadata = merge_rank_local_metadata(parts);
@@ -94,7 +121,8 @@ MetadataFile read_metadata_file(const std::string& dir, bool check_checksum) {
                 "' is not, so the save that wrote them did not finish (incomplete checkpoint)");
     TORCH_CHECK(false, "no checkpoint at '", dir, "': '", paths::metadata_file(), "' not found");
   }
-  const std::string bytes = read_file(file, kMaxMetadataBytes);
+  const MetadataBytes read = read_metadata_bytes(file);
+  const std::string_view bytes = read.bytes;
   MetadataFile out;
   out.metadata = decode_metadata(bytes.data(), bytes.size(), "'" + file + "'");
   if (!check_checksum) return out;

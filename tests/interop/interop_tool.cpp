@@ -22,6 +22,9 @@
 //   interop_tool load <dir>
 //       loads <dir> (written by Python DCP) into a blank copy of the reference state dict and
 //       compares every value bit for bit; exits 1 naming the first difference
+//   interop_tool decoders <file>...
+//       decodes each '.metadata' file with both decoders (format/metadata_codec.h); exits 1
+//       unless the direct one reads it and gets the tree decoder's Metadata
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -29,6 +32,8 @@
 #include <stdexcept>
 
 #include "dcp/dcp.h"
+#include "format/metadata_codec.h"
+#include "io/file.h"
 #include "testing/test_util.h"
 
 int main(int argc, char** argv) {
@@ -234,6 +239,22 @@ int main(int argc, char** argv) {
       options.planner = std::make_shared<dcp::EmptyStateDictLoadPlanner>();
       dcp::load(everything, dir, options);
       std::cout << "loaded " << dir << ": " << everything.size() << " top-level keys\n";
+      return 0;
+    }
+    if (command == "decoders") {  // decoders <file>...: each '.metadata' through both decoders
+      for (int k = 2; k < argc; ++k) {
+        const std::string bytes = dcp::detail::read_file(argv[k]);
+        const dcp::Metadata tree =
+            dcp::detail::decode_metadata_tree(bytes.data(), bytes.size(), argv[k]);
+        const auto direct = dcp::detail::decode_metadata_direct(bytes.data(), bytes.size());
+        if (!direct || !(*direct == tree)) {
+          std::cerr << argv[k] << ": the direct decoder "
+                    << (direct ? "read a different Metadata" : "gave up") << "\n";
+          return 1;
+        }
+        std::cout << argv[k] << ": direct decoder equal to the tree decoder ("
+                  << tree.storage_data.size() << " storage entries)\n";
+      }
       return 0;
     }
     if (command == "load") {

@@ -257,6 +257,9 @@ class PythonSavesCppLoads(unittest.TestCase):
                          no_dist=True)
                 out = run_tool("load", d)
                 self.assertIn("every value equal", out)
+                # Python's pickle of it takes the direct decoder, not the object tree.
+                out = run_tool("decoders", os.path.join(d, ".metadata"))
+                self.assertIn("direct decoder equal to the tree decoder", out)
 
     def test_python_resave_over_a_dcp_checkpoint_leaves_a_stale_checksum_that_is_ignored(self):
         # dcp writes '.metadata.checksum' beside '.metadata'; Python DCP neither reads nor

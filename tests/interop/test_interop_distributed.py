@@ -24,6 +24,7 @@ from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from values import difference, make_tensor
 
 MPI_TOOL = os.environ.get("DCP_MPI_TOOL", "")
+INTEROP_TOOL = os.environ.get("DCP_INTEROP_TOOL", "")
 MPIRUN = os.environ.get("DCP_MPIRUN", "mpirun")
 
 
@@ -142,13 +143,26 @@ def run_cpp(world, action, layout, path, *extra):
         raise AssertionError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
 
 
+def check_decoders(path):
+    """Every '.metadata' that Python wrote in `path` must take dcp's direct decoder and decode to
+    what the object-tree decoder reads (interop_tool decoders)."""
+    files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".metadata")]
+    assert files, f"no .metadata in {path}"
+    proc = subprocess.run([INTEROP_TOOL, "decoders", *files], capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"interop_tool decoders failed:\n{proc.stdout}\n{proc.stderr}")
+
+
 class PythonSavesCppLoads(unittest.TestCase):
     def setUp(self):
         self.assertTrue(MPI_TOOL, "DCP_MPI_TOOL is not set")
+        self.assertTrue(INTEROP_TOOL, "DCP_INTEROP_TOOL is not set")
 
     def test_python_4_processes_shard0_uneven_to_cpp_3_ranks(self):
         with tempfile.TemporaryDirectory() as d:
             run_python(4, "save", "row", d)
+            check_decoders(d)
             run_cpp(3, "load", "row", d)
             run_cpp(1, "load", "row", d)
             run_cpp(4, "load", "column", d)
@@ -156,11 +170,13 @@ class PythonSavesCppLoads(unittest.TestCase):
     def test_python_2d_mesh_to_cpp_3_ranks(self):
         with tempfile.TemporaryDirectory() as d:
             run_python(4, "save", "mesh2d", d)
+            check_decoders(d)
             run_cpp(3, "load", "row", d)
 
     def test_python_zstd_4_processes_to_cpp_3_ranks_resharded(self):
         with tempfile.TemporaryDirectory() as d:
             run_python(4, "save_zstd", "row", d)
+            check_decoders(d)
             run_cpp(3, "load", "column", d)
 
     def test_python_without_collectives_4_processes_to_cpp_at_any_world_size(self):
@@ -170,6 +186,7 @@ class PythonSavesCppLoads(unittest.TestCase):
             self.assertNotIn(".metadata", names)
             self.assertEqual([n for n in names if n.endswith(".metadata")],
                              [f"__{r}.metadata" for r in range(4)])
+            check_decoders(d)
             run_cpp(4, "load", "row", d)
             run_cpp(3, "load", "column", d)
             run_cpp(1, "load", "row", d)
@@ -177,6 +194,7 @@ class PythonSavesCppLoads(unittest.TestCase):
     def test_python_replicated_mesh_dimension_to_cpp(self):
         with tempfile.TemporaryDirectory() as d:
             run_python(4, "save", "replicate_row", d)
+            check_decoders(d)
             run_cpp(3, "load", "column", d)
 
 
