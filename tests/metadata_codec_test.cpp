@@ -429,6 +429,25 @@ TEST(MetadataDirectDecoderTest, GivesUpWhereTheTreeDecoderDecides) {
   EXPECT_EQ(decode_both(unknown_field, /*direct=*/false).state_dict_metadata.size(), 1u);
 }
 
+// FRAME (a buffering hint from protocol 4 on) may sit between any two opcodes. The direct
+// decoder skips it in protocol 4 and 5 pickles and gives up on one in an older pickle, which
+// the tree decoder reads (it skips a FRAME wherever it is).
+TEST(MetadataDirectDecoderTest, SkipsFramesFromProtocol4AndLeavesOlderOnesToTheTree) {
+  const std::string plain = encode_metadata(sample());
+  ASSERT_EQ(plain.substr(0, 2), std::string("\x80\x02"));
+  const std::string frame = std::string("\x95") + std::string(8, '\0');
+  // A frame after the PROTO opcode and one before the STOP.
+  std::string framed = plain.substr(0, 2) + frame + plain.substr(2);
+  framed.insert(framed.size() - 1, frame);
+  EXPECT_TRUE(decode_both(framed, /*direct=*/false) == sample());
+  framed[1] = '\x04';
+  EXPECT_TRUE(decode_both(framed) == sample());
+  // A frame cut short is corrupt for both.
+  const std::string cut = framed.substr(0, 2) + frame.substr(0, 5);
+  EXPECT_FALSE(decode_metadata_direct(cut.data(), cut.size()).has_value());
+  EXPECT_THROW(decode_metadata(cut.data(), cut.size(), "'.metadata'"), c10::Error);
+}
+
 // Note [Expansion budget]: both decoders charge each copy of a memo-shared value alike, so a
 // small file that names one long string many times is refused by both, and one that stays
 // within the budget is read alike by both.

@@ -142,8 +142,15 @@ class DirectDecoder {
         budget_(budget_for(size)) {}
 
   Metadata decode() {
-    if (accept(Op::PROTO)) need(le(1) <= 5);
-    need(instance_header().known == Known::kMetadata);
+    if (p_ < end_ && *p_ == code(Op::PROTO)) {
+      ++p_;
+      const uint64_t protocol = le(1);
+      need(protocol <= 5);
+      // FRAME exists from protocol 4 on; in an older pickle one gives up (no rule takes it),
+      // and the cursor need not look for it before every opcode.
+      frames_ = protocol >= 4;
+    }
+    need(instance_header() == Known::kMetadata);
     Metadata md;
     uint32_t seen = 0;
     fields([&](std::string_view field) {
@@ -189,12 +196,16 @@ class DirectDecoder {
 
   // The next opcode, past any FRAME (a buffering hint the machine skips wherever it is).
   [[gnu::always_inline]] uint8_t peek() {
+    need(p_ < end_);
+    if (frames_ && *p_ == code(Op::FRAME)) skip_frames();
+    return *p_;
+  }
+  [[gnu::noinline]] void skip_frames() {
     while (p_ < end_ && *p_ == code(Op::FRAME)) {
       need(end_ - p_ >= 9);
       p_ += 9;
     }
     need(p_ < end_);
-    return *p_;
   }
   [[gnu::always_inline]] bool accept(Op op) {
     if (peek() != code(op)) return false;
@@ -281,6 +292,16 @@ class DirectDecoder {
     memo(value);
     return value;
   }
+  // The value of the memo get (BINGET/LONG_BINGET) at the cursor, which must be tagged `tag`;
+  // consumes it and any memo keys after it.
+  [[gnu::always_inline]] Value memo_get(Tag tag) {
+    const Value* v = peek_memo();
+    need(v != nullptr && v->tag == tag);
+    const Value value = *v;
+    p_ += *p_ == code(Op::BINGET) ? 2 : 5;
+    memo(value);
+    return value;
+  }
   // What the value at the cursor is, where one opcode says so.
   Tag next_tag() {
     if (const Value* v = peek_memo()) return v->tag;
@@ -346,9 +367,8 @@ class DirectDecoder {
     switch (static_cast<Op>(peek())) {
       case Op::BINGET:
       case Op::LONG_BINGET: {
-        const auto v = got(Tag::kStr);
-        need(v.has_value());
-        return {v->text, v->n};
+        const Value v = memo_get(Tag::kStr);
+        return {v.text, v.n};
       }
       case Op::SHORT_BINUNICODE:
       case Op::SHORT_BINSTRING:
@@ -401,11 +421,8 @@ class DirectDecoder {
     int64_t i;
     switch (static_cast<Op>(peek())) {
       case Op::BINGET:
-      case Op::LONG_BINGET: {
-        const auto v = got(Tag::kInt);
-        need(v.has_value());
-        return v->i;
-      }
+      case Op::LONG_BINGET:
+        return memo_get(Tag::kInt).i;
       case Op::BININT1:
         ++p_;
         i = static_cast<int64_t>(le(1));
@@ -530,7 +547,7 @@ class DirectDecoder {
 
   // torch.Size(tuple of ints), by REDUCE.
   Ints size_call() {
-    need(global().known == Known::kTorchSize);
+    need(known_global() == Known::kTorchSize);
     const Ints r = ints_tuple();
     expect(Op::TUPLE1);
     memo(Value());
@@ -539,9 +556,18 @@ class DirectDecoder {
     return r;
   }
 
-  // GLOBAL/STACK_GLOBAL, EMPTY_TUPLE, NEWOBJ: a dataclass instance before its BUILD.
-  Global instance_header() {
-    const Global cls = global();
+  // Which known global the cursor's global is (the common case, a memo get, without copying
+  // the Global).
+  Known known_global() {
+    const Value* v = peek_memo();
+    if (v != nullptr && v->tag == Tag::kGlobal) return globals_[memo_get(Tag::kGlobal).i].known;
+    return global().known;
+  }
+
+  // GLOBAL/STACK_GLOBAL, EMPTY_TUPLE, NEWOBJ: a dataclass instance before its BUILD; returns
+  // its class.
+  Known instance_header() {
+    const Known cls = known_global();
     expect(Op::EMPTY_TUPLE);
     expect(Op::NEWOBJ);
     memo(Value());
@@ -613,12 +639,12 @@ class DirectDecoder {
   }
 
   StorageMetadata storage_metadata() {
-    const Global cls = instance_header();
-    if (cls.known == Known::kBytesStorageMetadata) {
+    const Known cls = instance_header();
+    if (cls == Known::kBytesStorageMetadata) {
       if (peek() == code(Op::EMPTY_DICT)) fields([](std::string_view) { give_up(); });
       return BytesStorageMetadata{};
     }
-    need(cls.known == Known::kTensorStorageMetadata);
+    need(cls == Known::kTensorStorageMetadata);
     TensorStorageMetadata t;
     uint32_t seen = 0;
     fields([&](std::string_view field) {
@@ -652,7 +678,7 @@ class DirectDecoder {
   // The 5-tuple state Python's TensorProperties.__getstate__ gives (the legacy dict form gives
   // up: the tree reads it).
   TensorProperties properties() {
-    need(instance_header().known == Known::kTensorProperties);
+    need(instance_header() == Known::kTensorProperties);
     TensorProperties p;
     expect(Op::MARK);
     const Global dtype = global();
@@ -697,7 +723,7 @@ class DirectDecoder {
   }
 
   ChunkStorageMetadata chunk() {
-    need(instance_header().known == Known::kChunkStorageMetadata);
+    need(instance_header() == Known::kChunkStorageMetadata);
     ChunkStorageMetadata c;
     uint32_t seen = 0;
     fields([&](std::string_view field) {
@@ -730,7 +756,7 @@ class DirectDecoder {
   }
 
   MetadataIndex metadata_index() {
-    need(instance_header().known == Known::kMetadataIndex);
+    need(instance_header() == Known::kMetadataIndex);
     MetadataIndex index;
     uint32_t seen = 0;
     fields([&](std::string_view field) {
@@ -752,7 +778,7 @@ class DirectDecoder {
   }
 
   StorageInfo storage_info() {
-    need(instance_header().known == Known::kStorageInfo);
+    need(instance_header() == Known::kStorageInfo);
     StorageInfo info;
     uint32_t seen = 0;
     fields([&](std::string_view field) {
@@ -810,7 +836,7 @@ class DirectDecoder {
   }
 
   StorageMeta storage_meta() {
-    need(instance_header().known == Known::kStorageMeta);
+    need(instance_header() == Known::kStorageMeta);
     StorageMeta meta;
     uint32_t seen = 0;
     fields([&](std::string_view field) {
@@ -864,6 +890,7 @@ class DirectDecoder {
   const uint8_t* const end_;
   const uint64_t budget_;
   uint64_t spent_ = 0;
+  bool frames_ = true;  // FRAME opcodes may appear (protocol 4 and up, or no PROTO)
   std::vector<Value> memo_;
   std::vector<int64_t> pool_;  // the items of every tuple of ints read
   std::vector<Global> globals_;
