@@ -559,13 +559,11 @@ class Decoder {
     StorageMeta meta;
     auto text = [&](ObjectPtr v) -> std::optional<std::string> {
       if (v->kind == Kind::Str) return std::string(v->str());
-      if (v->kind == Kind::Reduce && v->callable() &&
-          (v->callable()->str() == "pathlib" || v->callable()->str() == "pathlib._local")) {
+      if (v->kind == Kind::Reduce && v->callable() && is_pathlib_module(v->callable()->str())) {
         std::string path;
         for (const ObjectPtr part : v->args()->items()) {
           if (part->kind != Kind::Str) return std::nullopt;
-          if (!path.empty() && path.back() != '/') path += '/';
-          path += part->str();
+          append_path_part(path, part->str());
         }
         return path;
       }

@@ -282,25 +282,25 @@ class DirectDecoder {
     need(key < memo_.size());
     return &memo_[key];
   }
-  // If the cursor is at a memo get of a value tagged `tag`: consumes it (and any memo keys
-  // after it) and returns the value.
-  [[gnu::always_inline]] std::optional<Value> got(Tag tag) {
-    const Value* v = peek_memo();
-    if (v == nullptr || v->tag != tag) return std::nullopt;
-    const Value value = *v;
+  // Consumes the memo get at the cursor, whose entry peek_memo() gave as `v`, and any memo keys
+  // after it; returns the value it pushes.
+  [[gnu::always_inline]] Value take_memo(const Value* v) {
+    const Value value = *v;  // memo() below may move memo_
     p_ += *p_ == code(Op::BINGET) ? 2 : 5;
     memo(value);
     return value;
   }
-  // The value of the memo get (BINGET/LONG_BINGET) at the cursor, which must be tagged `tag`;
-  // consumes it and any memo keys after it.
+  // If the cursor is at a memo get of a value tagged `tag`: consumes it and returns the value.
+  [[gnu::always_inline]] std::optional<Value> got(Tag tag) {
+    const Value* v = peek_memo();
+    if (v == nullptr || v->tag != tag) return std::nullopt;
+    return take_memo(v);
+  }
+  // The same where the cursor must be at one (a BINGET/LONG_BINGET case of a rule's switch).
   [[gnu::always_inline]] Value memo_get(Tag tag) {
     const Value* v = peek_memo();
     need(v != nullptr && v->tag == tag);
-    const Value value = *v;
-    p_ += *p_ == code(Op::BINGET) ? 2 : 5;
-    memo(value);
-    return value;
+    return take_memo(v);
   }
   // What the value at the cursor is, where one opcode says so.
   Tag next_tag() {
@@ -516,9 +516,9 @@ class DirectDecoder {
     switch (static_cast<Op>(peek())) {
       case Op::BINGET:
       case Op::LONG_BINGET: {
-        const Tag tag = peek_memo()->tag;
-        if (tag == Tag::kSize || tag == Tag::kInts) {
-          const Value v = *got(tag);
+        const Value* m = peek_memo();
+        if (m->tag == Tag::kSize || m->tag == Tag::kInts) {
+          const Value v = take_memo(m);
           r = {static_cast<size_t>(v.i), v.n};
         } else {
           r = size_call();  // a memoized torch.Size global, or a module name
@@ -560,7 +560,7 @@ class DirectDecoder {
   // the Global).
   Known known_global() {
     const Value* v = peek_memo();
-    if (v != nullptr && v->tag == Tag::kGlobal) return globals_[memo_get(Tag::kGlobal).i].known;
+    if (v != nullptr && v->tag == Tag::kGlobal) return globals_[take_memo(v).i].known;
     return global().known;
   }
 
@@ -869,16 +869,10 @@ class DirectDecoder {
     return std::string(str());
   }
   std::string pathlib_path() {
-    const Global g = global();
-    need(g.module == "pathlib" || g.module == "pathlib._local");
+    need(is_pathlib_module(global().module));
     std::string path;
     tuple_items(
-        kMaxItems,
-        [&](uint32_t) {
-          const std::string_view part = str();
-          if (!path.empty() && path.back() != '/') path += '/';
-          path += part;
-        },
+        kMaxItems, [&](uint32_t) { append_path_part(path, str()); },
         [&] { return next_tag() == Tag::kStr; });
     memo(Value());
     expect(Op::REDUCE);

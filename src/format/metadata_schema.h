@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace dcp::detail::metadata_schema {
 
@@ -28,5 +30,15 @@ inline constexpr uint64_t shape_charge(size_t dims) { return 8 * (dims + 1); }
 
 // At most this many dimensions per tensor (PyTorch's own kernels stop at 25).
 inline constexpr size_t kMaxDims = 64;
+
+// StorageMeta's checkpoint id as Python saves a pathlib path: REDUCE of a class of one of these
+// modules with the path's parts, which become one string joined with '/'.
+inline bool is_pathlib_module(std::string_view module) {
+  return module == "pathlib" || module == "pathlib._local";
+}
+inline void append_path_part(std::string& path, std::string_view part) {
+  if (!path.empty() && path.back() != '/') path += '/';
+  path += part;
+}
 
 }  // namespace dcp::detail::metadata_schema
