@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
         item.index = dcp::MetadataIndex(fqn, box.offsets);
         dcp::TensorProperties props;
         props.dtype = c10::ScalarType::BFloat16;
-        item.tensor_data = dcp::TensorWriteData{{box.offsets, box.sizes}, props, {rows, cols}};
+        item.tensor_data = dcp::TensorWriteData{
+            {dcp::Dims(box.offsets), dcp::Dims(box.sizes)}, props, {rows, cols}};
         plan.items.push_back(std::move(item));
         plan.planner_data.emplace(fqn, dcp::ObjectPath{dcp::Key(fqn)});
       }

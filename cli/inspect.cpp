@@ -74,7 +74,7 @@ int inspect(const std::string& checkpoint, bool json, const std::optional<std::s
     if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
       info.tensor = true;
       info.dtype = dtype_name(t->properties.dtype);
-      info.shape = t->size;
+      info.shape = c10::IntArrayRef(t->size).vec();
       info.chunks = t->chunks.size();
       int64_t numel = 1;
       for (int64_t d : t->size) numel *= d;

@@ -266,7 +266,7 @@ TEST(MetadataCodecTest, AcceptsLegacyTensorPropertiesAndMissingOptionalFields) {
   Metadata md = decode_both(bytes);
   const auto& t = std::get<TensorStorageMetadata>(md.state_dict_metadata.at("t"));
   EXPECT_EQ(t.properties.dtype, c10::ScalarType::Float);
-  EXPECT_EQ(t.size, std::vector<int64_t>{2});
+  EXPECT_EQ(t.size, Dims{2});
   EXPECT_FALSE(md.storage_meta.has_value());
   EXPECT_FALSE(md.version.has_value());
 }
@@ -366,6 +366,65 @@ TEST(MetadataDirectDecoderTest, ReadsWhatDcpWritesInEveryVariant) {
 
   Metadata empty;
   EXPECT_TRUE(decode_both(encode_metadata(empty)) == empty);
+}
+
+// Whether `dims` keeps its integers inside the object that holds it (no heap block).
+bool inline_in(const Dims& dims, const void* owner, size_t owner_size) {
+  const auto* p = reinterpret_cast<const char*>(dims.data());
+  const auto* o = static_cast<const char*>(owner);
+  return p >= o && p < o + owner_size;
+}
+
+// Every decoder builds a chunk's offsets and sizes, a shape and a MetadataIndex's offset of up to
+// four dimensions inline (dcp::Dims): the coordinator's and a loading rank's costs at scale are
+// their heap blocks (docs/performance.md, "Flat dimensions"). Five dimensions spill to the heap
+// and still round-trip.
+TEST(MetadataDirectDecoderTest, DimsOfUpToFourDimensionsAreDecodedInline) {
+  Metadata md = sample();
+  TensorStorageMetadata five;
+  five.size = {2, 3, 1, 1, 7};
+  five.chunks = {{{0, 0, 0, 0, 0}, {2, 3, 1, 1, 7}}};
+  md.state_dict_metadata["five"] = five;
+  md.storage_data[MetadataIndex("five", Dims{0, 0, 0, 0, 0}, 0)] = {"__0_0.distcp", 0, 168, {}};
+  auto check = [&](const Metadata& back, const char* how) {
+    SCOPED_TRACE(how);
+    EXPECT_TRUE(back == md);
+    for (const auto& [fqn, entry] : back.state_dict_metadata) {
+      const auto* t = std::get_if<TensorStorageMetadata>(&entry);
+      if (t == nullptr) continue;
+      const bool small = t->size.size() <= 4;
+      EXPECT_EQ(inline_in(t->size, t, sizeof(*t)), small) << fqn;
+      for (const auto& c : t->chunks) {
+        EXPECT_EQ(inline_in(c.offsets, &c, sizeof(c)), small) << fqn;
+        EXPECT_EQ(inline_in(c.sizes, &c, sizeof(c)), small) << fqn;
+      }
+    }
+    for (const auto& [index, info] : back.storage_data) {
+      if (!index.offset) continue;
+      EXPECT_EQ(inline_in(*index.offset, &index, sizeof(index)), index.offset->size() <= 4)
+          << index;
+    }
+  };
+  const std::string bytes = encode_metadata(md);
+  check(decode_metadata_tree(bytes.data(), bytes.size(), "test"), "object tree");
+  check(*decode_metadata_direct(bytes.data(), bytes.size()), "direct");
+  check(decode_metadata_message(encode_metadata_message(md)), "broadcast message");
+
+  SavePlan plan;
+  WriteItem item;
+  item.type = WriteItemType::SHARD;
+  item.index = MetadataIndex("w", Dims{2, 0});
+  item.tensor_data = TensorWriteData{{{2, 0}, {2, 3}}, TensorProperties{}, {4, 3}};
+  plan.items.push_back(item);
+  const SavePlan back = decode_save_plan(encode_save_plan(plan));
+  ASSERT_EQ(back.items.size(), 1u);
+  const WriteItem& got = back.items[0];
+  EXPECT_EQ(got.index, item.index);
+  EXPECT_EQ(got.tensor_data->chunk, item.tensor_data->chunk);
+  EXPECT_EQ(got.tensor_data->size, item.tensor_data->size);
+  EXPECT_TRUE(inline_in(*got.index.offset, &got, sizeof(got)));
+  EXPECT_TRUE(inline_in(got.tensor_data->chunk.offsets, &got, sizeof(got)));
+  EXPECT_TRUE(inline_in(got.tensor_data->size, &got, sizeof(got)));
 }
 
 // Python DCP's own '.metadata' files (tests/fuzz/corpus/metadata: protocol 4, every object

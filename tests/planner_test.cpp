@@ -20,7 +20,8 @@ WriteItem tensor_item(const std::string& fqn, std::vector<int64_t> offsets,
   WriteItem item;
   item.type = WriteItemType::SHARD;
   item.index = MetadataIndex(fqn, offsets);
-  item.tensor_data = TensorWriteData{{offsets, sizes}, TensorProperties{}, global};
+  item.tensor_data =
+      TensorWriteData{{Dims(offsets), Dims(sizes)}, TensorProperties{}, Dims(global)};
   return item;
 }
 
@@ -135,7 +136,7 @@ TEST(GlobalPlanTest, ChunksInRankOrderWithIndexHints) {
   auto [final_plans, md] = detail::create_default_global_save_plan(plans);
   const auto& w = std::get<TensorStorageMetadata>(md.state_dict_metadata.at("w"));
   ASSERT_EQ(w.chunks.size(), 2u);
-  EXPECT_EQ(w.chunks[1].offsets, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(w.chunks[1].offsets, (Dims{2, 0}));
   EXPECT_EQ(final_plans[1].items[0].index.index, 1);
   EXPECT_TRUE(std::holds_alternative<BytesStorageMetadata>(md.state_dict_metadata.at("step")));
 }
@@ -272,13 +273,13 @@ TEST(ReshardingTest, ReadsAreTheOverlapBoxes) {
   // Destination rows [4, 8) (a 3-rank split's middle piece of 10 rows is [4, 8)).
   auto reads = detail::create_read_items_for_chunk_list("w", saved, {{{4, 0}, {4, 4}}});
   ASSERT_EQ(reads.size(), 2u);
-  EXPECT_EQ(reads[0].storage_index.offset, (std::vector<int64_t>{3, 0}));
-  EXPECT_EQ(reads[0].storage_offsets, (std::vector<int64_t>{1, 0}));
-  EXPECT_EQ(reads[0].dest_offsets, (std::vector<int64_t>{0, 0}));
-  EXPECT_EQ(reads[0].lengths, (std::vector<int64_t>{2, 4}));
-  EXPECT_EQ(reads[1].storage_offsets, (std::vector<int64_t>{0, 0}));
-  EXPECT_EQ(reads[1].dest_offsets, (std::vector<int64_t>{2, 0}));
-  EXPECT_EQ(reads[1].lengths, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(reads[0].storage_index.offset, (Dims{3, 0}));
+  EXPECT_EQ(reads[0].storage_offsets, (Dims{1, 0}));
+  EXPECT_EQ(reads[0].dest_offsets, (Dims{0, 0}));
+  EXPECT_EQ(reads[0].lengths, (Dims{2, 4}));
+  EXPECT_EQ(reads[1].storage_offsets, (Dims{0, 0}));
+  EXPECT_EQ(reads[1].dest_offsets, (Dims{2, 0}));
+  EXPECT_EQ(reads[1].lengths, (Dims{2, 4}));
   // Empty destination chunks read nothing; 0-d tensors always read once.
   EXPECT_TRUE(detail::create_read_items_for_chunk_list("w", saved, {{{10, 0}, {0, 4}}}).empty());
   TensorStorageMetadata scalar;
@@ -298,7 +299,7 @@ Metadata one_tensor_metadata(std::vector<int64_t> shape, c10::ScalarType dtype) 
   TensorStorageMetadata t;
   t.properties.dtype = dtype;
   t.size = shape;
-  t.chunks = {{std::vector<int64_t>(shape.size(), 0), shape}};
+  t.chunks = {{Dims(shape.size(), 0), Dims(shape)}};
   md.state_dict_metadata["model.weight"] = t;
   return md;
 }

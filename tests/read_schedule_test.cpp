@@ -107,8 +107,8 @@ TEST(ReadScheduleTest, RecordsAreReadByFileThenOffsetAndEachOnce) {
   EXPECT_EQ(order, (std::vector<std::string>{"__0_0.distcp@100:1", "__0_0.distcp@9000:1",
                                              "__0_1.distcp@0:1", "__0_1.distcp@5000:2"}));
   // Both reads of "a", in plan order.
-  EXPECT_EQ(schedule[3].items[0]->storage_offsets, (std::vector<int64_t>{0, 0}));
-  EXPECT_EQ(schedule[3].items[1]->storage_offsets, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(schedule[3].items[0]->storage_offsets, (Dims{0, 0}));
+  EXPECT_EQ(schedule[3].items[1]->storage_offsets, (Dims{2, 0}));
 }
 
 TEST(ReadScheduleTest, AnnouncedRangesAreHeadDataAndTail) {

@@ -301,7 +301,7 @@ TensorStorageMetadata& tensor_entry(Metadata& md, const std::string& fqn) {
 void move_chunk(Metadata& md, const std::string& fqn, const std::vector<int64_t>& old_offsets,
                 const std::vector<int64_t>& new_offsets) {
   for (auto& c : tensor_entry(md, fqn).chunks) {
-    if (c.offsets == old_offsets) c.offsets = new_offsets;
+    if (c10::IntArrayRef(c.offsets) == old_offsets) c.offsets = new_offsets;
   }
   auto node = md.storage_data.extract(MetadataIndex(fqn, old_offsets));
   node.key().offset = new_offsets;
@@ -409,7 +409,7 @@ TEST(Issue13Finding6, OverflowingChunkGeometryIsRefused) {
   t.size = {big, 8};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    t.chunks = {ChunkStorageMetadata{c.offsets, c.sizes}};
+    t.chunks = {ChunkStorageMetadata{Dims(c.offsets), Dims(c.sizes)}};
     std::string problem = detail::validate_chunks("w", t, true);
     EXPECT_FALSE(problem.empty());
   }
@@ -768,7 +768,7 @@ TEST(Issue13Finding4, MetadataTensorsHaveAtMost64Dimensions) {
   Metadata md;
   TensorStorageMetadata t;
   t.size = std::vector<int64_t>(65, 1);
-  t.chunks = {ChunkStorageMetadata{std::vector<int64_t>(65, 0), std::vector<int64_t>(65, 1)}};
+  t.chunks = {ChunkStorageMetadata{Dims(65, 0), Dims(65, 1)}};
   md.state_dict_metadata["w"] = t;
   const std::string bytes = detail::encode_metadata(md);
   try {

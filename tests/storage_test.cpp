@@ -437,7 +437,7 @@ TEST(RankLocalMetadataTest, MergeUnitesChunksAndKeepsTheLowestRanksCopies) {
        {"__1.metadata", rank_part(1, at::kFloat, {2, 2})}});
   const auto& w = std::get<TensorStorageMetadata>(merged.state_dict_metadata.at("w"));
   ASSERT_EQ(w.chunks.size(), 2u);
-  EXPECT_EQ(w.chunks[1].offsets, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(w.chunks[1].offsets, (Dims{2, 0}));
   EXPECT_EQ(merged.storage_data.at(MetadataIndex("w", std::vector<int64_t>{2, 0})).relative_path, "__1_0.distcp");
   EXPECT_EQ(merged.storage_data.at(MetadataIndex("step")).relative_path, "__0_0.distcp");
 }

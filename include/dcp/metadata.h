@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "dcp/dims.h"
 #include "dcp/object_path.h"
 #include "dcp/ordered_map.h"
 
@@ -23,8 +24,8 @@ namespace dcp {
 
 /// One saved box of a tensor: global element offsets and sizes per dimension.
 struct ChunkStorageMetadata {
-  std::vector<int64_t> offsets;
-  std::vector<int64_t> sizes;
+  Dims offsets;
+  Dims sizes;
   bool operator==(const ChunkStorageMetadata& o) const {
     return offsets == o.offsets && sizes == o.sizes;
   }
@@ -53,7 +54,7 @@ struct TensorProperties {
 /// A tensor's entry in Metadata.state_dict_metadata: global shape and the saved chunks.
 struct TensorStorageMetadata {
   TensorProperties properties;
-  std::vector<int64_t> size;
+  Dims size;
   std::vector<ChunkStorageMetadata> chunks;
   bool operator==(const TensorStorageMetadata& o) const {
     return properties == o.properties && size == o.size && chunks == o.chunks;
@@ -72,13 +73,19 @@ using StorageMetadata = std::variant<TensorStorageMetadata, BytesStorageMetadata
 /// is only a hint: the chunk's position in TensorStorageMetadata.chunks.
 struct MetadataIndex {
   std::string fqn;
-  std::optional<std::vector<int64_t>> offset;
+  std::optional<Dims> offset;
   std::optional<int64_t> index;
 
   MetadataIndex() = default;
-  explicit MetadataIndex(std::string fqn, std::optional<std::vector<int64_t>> offset = std::nullopt,
+  explicit MetadataIndex(std::string fqn, std::optional<Dims> offset = std::nullopt,
                          std::optional<int64_t> index = std::nullopt)
       : fqn(std::move(fqn)), offset(std::move(offset)), index(index) {}
+  MetadataIndex(std::string fqn, Dims offset, std::optional<int64_t> index = std::nullopt)
+      : fqn(std::move(fqn)), offset(std::move(offset)), index(index) {}
+  /// From a std::vector or a tensor's sizes().
+  MetadataIndex(std::string fqn, c10::IntArrayRef offset,
+                std::optional<int64_t> index = std::nullopt)
+      : fqn(std::move(fqn)), offset(Dims(offset)), index(index) {}
 
   bool operator==(const MetadataIndex& o) const { return fqn == o.fqn && offset == o.offset; }
   bool operator!=(const MetadataIndex& o) const { return !(*this == o); }

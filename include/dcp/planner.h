@@ -30,7 +30,7 @@ enum class LoadItemType { TENSOR, BYTE_IO };
 struct TensorWriteData {
   ChunkStorageMetadata chunk;
   TensorProperties properties;
-  std::vector<int64_t> size;
+  Dims size;
 };
 
 /// One item a rank proposes to write.
@@ -57,10 +57,10 @@ struct SavePlan {
 struct ReadItem {
   LoadItemType type = LoadItemType::TENSOR;
   MetadataIndex dest_index;
-  std::vector<int64_t> dest_offsets;
+  Dims dest_offsets;
   MetadataIndex storage_index;
-  std::vector<int64_t> storage_offsets;
-  std::vector<int64_t> lengths;
+  Dims storage_offsets;
+  Dims lengths;
 };
 
 struct LoadPlan {

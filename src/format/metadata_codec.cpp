@@ -122,7 +122,7 @@ class Encoder {
     w_.end_tuple(n);
   }
 
-  void size(const std::vector<int64_t>& dims) {
+  void size(c10::IntArrayRef dims) {
     global(torch_size_, "torch", "Size");
     tuple_of(dims.size(), [&](size_t k) { w_.integer(dims[k]); });
     w_.tuple(1);
@@ -359,7 +359,7 @@ class Decoder {
   }
 
   // torch.Size((...)) or a plain tuple/list of ints.
-  std::vector<int64_t> shape(ObjectPtr o, const char* what, std::string_view fqn = {}) const {
+  Dims shape(ObjectPtr o, const char* what, std::string_view fqn = {}) const {
     ObjectPtr seq = o;
     if (o->calls("torch", "Size")) {
       if (o->args()->items().size() != 1) fail(what, " '", fqn, "': torch.Size takes one tuple");
@@ -373,7 +373,7 @@ class Decoder {
            " are supported");
     }
     charge(shape_charge(seq->items().size()));
-    std::vector<int64_t> dims(seq->items().size());
+    Dims dims(seq->items().size());
     for (size_t k = 0; k < dims.size(); ++k) {
       const ObjectPtr item = seq->items()[k];
       if (item->kind != Kind::Int) {

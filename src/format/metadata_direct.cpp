@@ -510,7 +510,7 @@ class DirectDecoder {
 
   // torch.Size((ints...)), or a plain tuple of ints (the tree takes either as a shape),
   // charged as the tree charges each shape.
-  std::vector<int64_t> shape() {
+  Dims shape() {
     const size_t pool_size = pool_.size(), memo_size = memo_.size();
     Ints r;
     switch (static_cast<Op>(peek())) {
@@ -538,7 +538,7 @@ class DirectDecoder {
     }
     need(r.n <= kMaxDims);
     charge(shape_charge(r.n));
-    std::vector<int64_t> dims(pool_.begin() + r.begin, pool_.begin() + r.begin + r.n);
+    Dims dims(pool_.begin() + r.begin, pool_.begin() + r.begin + r.n);
     // A tuple no memo key refers to is not needed again: the pool keeps only memoized ones
     // (Python memoizes every tuple, dcp none).
     if (memo_.size() == memo_size) pool_.resize(pool_size);

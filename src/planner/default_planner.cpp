@@ -180,9 +180,9 @@ SavePlan DefaultSavePlanner::create_local_plan() {
         WriteItem item;
         item.type = WriteItemType::SHARD;
         item.index = MetadataIndex(fqn, shard.offsets);
-        item.tensor_data = TensorWriteData{
-            ChunkStorageMetadata{shard.offsets, shard.tensor.sizes().vec()}, props,
-            st.global_shape()};
+        item.tensor_data =
+            TensorWriteData{ChunkStorageMetadata{Dims(shard.offsets), Dims(shard.tensor.sizes())},
+                            props, Dims(st.global_shape())};
         plan.items.push_back(std::move(item));
       }
       continue;
@@ -191,12 +191,11 @@ SavePlan DefaultSavePlanner::create_local_plan() {
     if (value.is_tensor()) {
       const at::Tensor& t = value.tensor();
       TORCH_CHECK(t.defined(), "'", fqn, "' is an undefined tensor");
-      const std::vector<int64_t> shape = t.sizes().vec();
+      const Dims shape(t.sizes());
       item.type = WriteItemType::TENSOR;
-      item.index = MetadataIndex(fqn, std::vector<int64_t>(shape.size(), 0));
-      item.tensor_data = TensorWriteData{
-          ChunkStorageMetadata{std::vector<int64_t>(shape.size(), 0), shape}, properties_of(t),
-          shape};
+      item.index = MetadataIndex(fqn, Dims(shape.size(), 0));
+      item.tensor_data = TensorWriteData{ChunkStorageMetadata{Dims(shape.size(), 0), shape},
+                                         properties_of(t), shape};
     } else {
       item.type = WriteItemType::BYTE_IO;
       item.index = MetadataIndex(fqn);
@@ -303,7 +302,7 @@ WritePayload DefaultSavePlanner::lookup_object(const MetadataIndex& index) const
   const Value& value = flat_.items[it->second].second;
   if (value.is_sharded_tensor()) {
     for (const Shard& shard : value.get<ShardedTensor>().local_shards()) {
-      if (index.offset && shard.offsets == *index.offset) return shard.tensor;
+      if (index.offset && c10::IntArrayRef(shard.offsets) == *index.offset) return shard.tensor;
     }
     TORCH_CHECK(false, "the plan names a shard of '", index.fqn,
                 "' that this rank does not hold");
@@ -354,7 +353,7 @@ LoadPlan DefaultLoadPlanner::create_local_plan() {
     TORCH_CHECK_VALUE(value.is_tensor() || value.is_sharded_tensor(), "'", fqn,
                       "' is a tensor of shape ", shape_string(saved.size),
                       " in the checkpoint but a ", value.type_name(), " in the state dict");
-    std::vector<int64_t> global_shape;
+    Dims global_shape;
     c10::ScalarType dtype;
     std::vector<ChunkStorageMetadata> local_chunks;
     if (value.is_sharded_tensor()) {
@@ -362,13 +361,13 @@ LoadPlan DefaultLoadPlanner::create_local_plan() {
       global_shape = st.global_shape();
       dtype = st.dtype();
       for (const Shard& shard : st.local_shards()) {
-        local_chunks.push_back(ChunkStorageMetadata{shard.offsets, shard.tensor.sizes().vec()});
+        local_chunks.push_back(
+            ChunkStorageMetadata{Dims(shard.offsets), Dims(shard.tensor.sizes())});
       }
     } else {
-      global_shape = value.tensor().sizes().vec();
+      global_shape = value.tensor().sizes();
       dtype = value.tensor().scalar_type();
-      local_chunks.push_back(
-          ChunkStorageMetadata{std::vector<int64_t>(global_shape.size(), 0), global_shape});
+      local_chunks.push_back(ChunkStorageMetadata{Dims(global_shape.size(), 0), global_shape});
     }
     TORCH_CHECK_VALUE(global_shape == saved.size, "Size mismatch between saved ",
                       shape_string(saved.size), " and current ", shape_string(global_shape),

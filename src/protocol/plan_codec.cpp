@@ -134,8 +134,8 @@ SavePlan decode_save_plan(const std::string& bytes) {
   plan.storage_data = r.str();
   const size_t n = r.count();
   for (size_t i = 0; i < n; ++i) {
-    std::string fqn = r.str();
-    plan.planner_data.emplace(std::move(fqn), get_path(r));
+    std::string fqn = r.str();  // written in the map's order: each entry goes at the end
+    plan.planner_data.emplace_hint(plan.planner_data.end(), std::move(fqn), get_path(r));
   }
   plan.usable = r.u8();
   TORCH_CHECK(r.done(), "wire: trailing bytes after a SavePlan");

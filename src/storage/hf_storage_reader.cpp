@@ -146,7 +146,7 @@ Metadata HuggingFaceStorageReader::read_metadata() {
                     " ends past 2^63");
         tensor.size[d] = std::max(tensor.size[d], *end);
       }
-      tensor.chunks.push_back(ChunkStorageMetadata{offsets, t.shape});
+      tensor.chunks.push_back(ChunkStorageMetadata{Dims(offsets), Dims(t.shape)});
       md.storage_data.emplace(MetadataIndex(t.name, offsets, static_cast<int64_t>(tensor.chunks.size() - 1)),
                               StorageInfo{name, static_cast<int64_t>(t.offset),
                                           static_cast<int64_t>(t.length), {}});

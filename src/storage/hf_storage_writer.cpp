@@ -135,7 +135,7 @@ std::future<std::vector<WriteResult>> HuggingFaceStorageWriter::write_data(const
         detail::SafetensorsTensor t;
         t.name = item->index.fqn;
         t.dtype = item->tensor_data->properties.dtype;
-        t.shape = item->tensor_data->chunk.sizes;
+        t.shape = c10::IntArrayRef(item->tensor_data->chunk.sizes).vec();
         t.length = static_cast<uint64_t>(chunk_bytes(*item));
         tensors.push_back(std::move(t));
         sharding[item->index.fqn] = {{"saved_offsets", item->tensor_data->chunk.offsets}};
@@ -230,7 +230,7 @@ void HuggingFaceStorageWriter::consolidate(const Metadata& metadata) const {
       detail::SafetensorsTensor out;
       out.name = fqn;
       out.dtype = t->properties.dtype;
-      out.shape = t->size;
+      out.shape = c10::IntArrayRef(t->size).vec();
       out.length = static_cast<uint64_t>(c10::elementSize(out.dtype));
       for (int64_t s : t->size) out.length *= static_cast<uint64_t>(s);
       tensors.push_back(std::move(out));

@@ -24,8 +24,7 @@
 namespace dcp::detail {
 namespace {
 
-at::Tensor narrow_box(at::Tensor t, const std::vector<int64_t>& offsets,
-                      const std::vector<int64_t>& lengths) {
+at::Tensor narrow_box(at::Tensor t, c10::IntArrayRef offsets, c10::IntArrayRef lengths) {
   for (size_t d = 0; d < offsets.size(); ++d) {
     if (offsets[d] != 0 || lengths[d] != t.size(static_cast<int64_t>(d))) {
       t = t.narrow(static_cast<int64_t>(d), offsets[d], lengths[d]);

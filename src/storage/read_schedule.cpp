@@ -29,7 +29,7 @@
 namespace dcp::detail {
 namespace {
 
-std::string box_string(const std::vector<int64_t>& v) {
+std::string box_string(c10::IntArrayRef v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
@@ -131,8 +131,8 @@ std::vector<ByteRange> record_ranges(const RecordRead& record, const Metadata& m
 
 }  // namespace
 
-std::optional<std::pair<int64_t, int64_t>> box_extent(const std::vector<int64_t>& offsets,
-                                                      const std::vector<int64_t>& lengths,
+std::optional<std::pair<int64_t, int64_t>> box_extent(c10::IntArrayRef offsets,
+                                                      c10::IntArrayRef lengths,
                                                       c10::IntArrayRef strides) {
   int64_t first = 0, last = 0;
   for (size_t d = 0; d < strides.size(); ++d) {

@@ -76,8 +76,8 @@ std::vector<RecordRead> schedule_reads(const LoadPlan& plan, const Metadata& met
 
 /// The first and last element, counted in `strides`, that the box at `offsets` with `lengths`
 /// touches: [first, last]; nullopt when the box is empty.
-std::optional<std::pair<int64_t, int64_t>> box_extent(const std::vector<int64_t>& offsets,
-                                                      const std::vector<int64_t>& lengths,
+std::optional<std::pair<int64_t, int64_t>> box_extent(c10::IntArrayRef offsets,
+                                                      c10::IntArrayRef lengths,
                                                       c10::IntArrayRef strides);
 
 }  // namespace dcp::detail

@@ -3,9 +3,10 @@
 // hostile value is reported rather than wrapping into an accepted one.
 #pragma once
 
+#include <c10/util/ArrayRef.h>
+
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 namespace dcp::detail {
 
@@ -23,7 +24,7 @@ inline std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
 
 /// The product of `sizes` (1 for none); nullopt when a size is negative or the product
 /// overflows int64.
-inline std::optional<int64_t> checked_volume(const std::vector<int64_t>& sizes) {
+inline std::optional<int64_t> checked_volume(c10::IntArrayRef sizes) {
   int64_t v = 1;
   for (int64_t s : sizes) {
     if (s < 0) return std::nullopt;

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <vector>
+#include "dcp/dims.h"
 
 namespace dcp::detail {
 
-using ChunkOffset = std::optional<std::vector<int64_t>>;
+using ChunkOffset = std::optional<Dims>;
 
 /// <0, 0 or >0 as a sorts before, with or after b.
 inline int compare_offsets(const ChunkOffset& a, const ChunkOffset& b) {
@@ -23,7 +23,7 @@ inline int compare_offsets(const ChunkOffset& a, const ChunkOffset& b) {
 }
 
 /// The head of a chunk offset, copied next to whatever sorts it: ordering millions of offsets
-/// then rarely follows the pointer to the offset's own heap block.
+/// then rarely reaches into the item (or map entry) that holds the offset.
 struct OffsetHead {
   int64_t lead = 0;  // offset[0] when kind == 2
   uint8_t kind = 0;  // 0: no offset, 1: empty offset, 2: non-empty (compare_offsets' order)

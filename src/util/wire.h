@@ -3,6 +3,7 @@
 // processes of the same build read it, so it carries no version.
 #pragma once
 
+#include <c10/util/ArrayRef.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "dcp/dims.h"
 
 namespace dcp::detail::wire {
 
@@ -25,9 +28,9 @@ class Writer {
     i64(static_cast<int64_t>(s.size()));
     out_.append(s);
   }
-  void ints(const std::vector<int64_t>& v) {
+  void ints(c10::IntArrayRef v) {
     i64(static_cast<int64_t>(v.size()));
-    for (int64_t x : v) i64(x);
+    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
   }
   void strs(const std::vector<std::string>& v) {
     i64(static_cast<int64_t>(v.size()));
@@ -53,9 +56,10 @@ class Reader {
     TORCH_CHECK(n >= 0, "wire: negative length");
     return std::string(take(static_cast<size_t>(n)), static_cast<size_t>(n));
   }
-  std::vector<int64_t> ints() {
-    std::vector<int64_t> v(count());
-    for (auto& x : v) x = i64();
+  Dims ints() {
+    const size_t n = count();
+    Dims v(n);
+    std::memcpy(v.data(), take(n * 8), n * 8);
     return v;
   }
   std::vector<std::string> strs() {

@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
           if (t.size.empty()) {
             state[name] = at::zeros({}, at::TensorOptions().dtype(t.properties.dtype));
           } else {
-            state[name] = dcp::zeros_sharded(t.size, t.properties.dtype, {comm.size()},
+            state[name] = dcp::zeros_sharded(c10::IntArrayRef(t.size).vec(), t.properties.dtype,
+                                             {comm.size()},
                                              comm.rank(), {dcp::Placement::Shard(0)});
           }
         }
