@@ -99,7 +99,7 @@ std::vector<ByteRange> record_ranges(const RecordRead& record, const Metadata& m
   if (chunk == nullptr) return whole;
   const size_t dims = chunk->sizes.size();
   const uint64_t itemsize = c10::elementSize(dtype);
-  std::vector<int64_t> strides(dims, 1);  // row-major, in elements
+  Dims strides(dims, 1);  // row-major, in elements
   int64_t numel = 1;
   for (size_t d = dims; d-- > 0;) {
     strides[d] = numel;
