@@ -80,6 +80,8 @@ struct MetadataIndex {
   explicit MetadataIndex(std::string fqn, std::optional<Dims> offset = std::nullopt,
                          std::optional<int64_t> index = std::nullopt)
       : fqn(std::move(fqn)), offset(std::move(offset)), index(index) {}
+  // A Dims matches this one exactly; without it, the optional<Dims> and IntArrayRef
+  // constructors would be equally good conversions, and the call ambiguous.
   MetadataIndex(std::string fqn, Dims offset, std::optional<int64_t> index = std::nullopt)
       : fqn(std::move(fqn)), offset(std::move(offset)), index(index) {}
   /// From a std::vector or a tensor's sizes().

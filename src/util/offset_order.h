@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+
 #include "dcp/dims.h"
 
 namespace dcp::detail {

@@ -57,9 +57,10 @@ class Reader {
     return std::string(take(static_cast<size_t>(n)), static_cast<size_t>(n));
   }
   Dims ints() {
-    const size_t n = count();
+    const size_t n = count();  // at most the bytes left, so n * 8 cannot overflow
+    const char* bytes = take(n * sizeof(int64_t));  // a truncated message allocates nothing
     Dims v(n);
-    std::memcpy(v.data(), take(n * 8), n * 8);
+    std::memcpy(v.data(), bytes, n * sizeof(int64_t));
     return v;
   }
   std::vector<std::string> strs() {
