@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 
 #include "storage_data.h"
 #include "util/look_ahead.h"
@@ -37,9 +38,13 @@ bool Metadata::operator==(const Metadata& o) const {
   return true;
 }
 
+// The builders' vectors of entries grow by moving them; were a move able to throw, std::vector
+// would copy every string and Dims instead.
+static_assert(std::is_nothrow_move_constructible_v<StorageData::value_type>);
+
 namespace detail {
 
-std::map<MetadataIndex, StorageInfo> make_storage_data(
+StorageData make_storage_data(
     std::vector<std::pair<MetadataIndex, StorageInfo>> entries) {
   // Intern the names (a checkpoint has far fewer tensors than chunks) and rank them in string
   // order, so the sort below compares integers.
@@ -85,7 +90,8 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
     if (!std::is_sorted(begin, end, offset_less)) std::sort(begin, end, offset_less);
   }
 
-  std::map<MetadataIndex, StorageInfo> out;
+  StorageData out;
+  out.reserve(order.size());
   LookAhead ahead_in_order(order.begin(), order.end());  // Note [Look-ahead]
   for (size_t k = 0; k < order.size(); ++k) {
     ahead_in_order.step([&](size_t next) { touch(&entries[next]); });
@@ -95,33 +101,22 @@ std::map<MetadataIndex, StorageInfo> make_storage_data(
       continue;
     }
     auto& [index, info] = entries[order[k]];
-    out.emplace_hint(out.end(), std::move(index), std::move(info));
+    const bool appended = out.append(std::move(index), std::move(info));
+    TORCH_INTERNAL_ASSERT(appended, "make_storage_data: the sort left ", index, " out of order");
   }
   return out;
 }
 
 void StorageDataBuilder::add(MetadataIndex index, StorageInfo info) {
   if (unordered_.empty()) {
-    bool ascends = ordered_.empty();
-    if (!ascends) {
-      const MetadataIndex& last = ordered_.rbegin()->first;
-      const int c = last.fqn.compare(index.fqn);
-      ascends = c < 0 || (c == 0 && compare_offsets(last.offset, index.offset) < 0);
-    }
-    if (ascends) {
-      ordered_.emplace_hint(ordered_.end(), std::move(index), std::move(info));
-      return;
-    }
-    unordered_.reserve(2 * ordered_.size() + 1);
-    while (!ordered_.empty()) {
-      auto node = ordered_.extract(ordered_.begin());
-      unordered_.emplace_back(std::move(node.key()), std::move(node.mapped()));
-    }
+    if (ordered_.append(std::move(index), std::move(info))) return;
+    unordered_ = std::move(ordered_).release();
+    unordered_.reserve(2 * unordered_.size() + 1);
   }
   unordered_.emplace_back(std::move(index), std::move(info));
 }
 
-std::map<MetadataIndex, StorageInfo> StorageDataBuilder::finish() && {
+StorageData StorageDataBuilder::finish() && {
   return unordered_.empty() ? std::move(ordered_) : make_storage_data(std::move(unordered_));
 }
 

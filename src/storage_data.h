@@ -3,7 +3,6 @@
 // '.metadata''s entries as the decoders meet them. Defined in metadata.cpp.
 #pragma once
 
-#include <map>
 #include <utility>
 #include <vector>
 
@@ -12,23 +11,26 @@
 namespace dcp::detail {
 
 /// Builds Metadata.storage_data from entries in any order; of equal keys the last one wins (as
-/// repeated insert_or_assign would). Built from a sort on interned fqn ranks and offsets, then
-/// hinted inserts, so millions of entries cost integer compares rather than string compares
-/// per tree level.
-std::map<MetadataIndex, StorageInfo> make_storage_data(
+/// repeated insert_or_assign would). Built from a sort on interned fqn ranks and offsets, so
+/// millions of entries cost integer compares rather than string compares, then moved into the
+/// map's array in that order.
+StorageData make_storage_data(
     std::vector<std::pair<MetadataIndex, StorageInfo>> entries);
 
 /// Metadata.storage_data from a '.metadata''s entries, in the file's order. dcp writes them in
-/// key order, and those go straight into the map; Python writes them rank by rank: at the
-/// first entry out of order the map is taken apart and make_storage_data sorts everything
-/// (equal keys: the last one wins, as in a dict).
+/// key order, and those are appended and become the map as they are; Python writes them rank
+/// by rank: from the first entry out of order on, make_storage_data sorts everything (equal
+/// keys: the last one wins, as in a dict).
 class StorageDataBuilder {
  public:
+  /// `expected`: how many entries to make room for (a decoder counts the chunks and byte items
+  /// of state_dict_metadata, which come first); only a hint.
+  explicit StorageDataBuilder(size_t expected = 0) { ordered_.reserve(expected); }
   void add(MetadataIndex index, StorageInfo info);
-  std::map<MetadataIndex, StorageInfo> finish() &&;
+  StorageData finish() &&;
 
  private:
-  std::map<MetadataIndex, StorageInfo> ordered_;
+  StorageData ordered_;  // while the entries come in key order
   std::vector<std::pair<MetadataIndex, StorageInfo>> unordered_;  // once out of order
 };
 

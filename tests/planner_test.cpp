@@ -183,6 +183,96 @@ TEST(OrderedMapTest, IteratesInInsertionOrderAndComparesLikeADict) {
   EXPECT_EQ(z.count("b"), 1u);
 }
 
+// FlatMap (storage_data's container) against std::map, the type it replaced: the same
+// operations in a scrambled key order must leave the same entries in the same order. The
+// values are heap-allocated strings, and the map spans several of its blocks (512 entries of
+// this size each), so moves across blocks and the entries' destruction are exercised.
+TEST(FlatMapTest, BehavesLikeStdMapUnderAnyOrderOfOperations) {
+  using Map = FlatMap<int, std::string>;
+  Map flat;
+  std::map<int, std::string> oracle;
+  uint32_t x = 12345;
+  auto next = [&] { return x = x * 1103515245u + 12345u; };
+  for (int step = 0; step < 20000; ++step) {
+    const int key = static_cast<int>((next() >> 12) % 5000);
+    const std::string value = "a value too long to be kept inline " + std::to_string(next() >> 16);
+    switch (next() >> 29) {
+      case 0:
+      case 1: {
+        auto [it, inserted] = flat.emplace(key, value);
+        auto [want, want_inserted] = oracle.emplace(key, value);
+        ASSERT_EQ(inserted, want_inserted);
+        ASSERT_EQ(it->first, key);
+        ASSERT_EQ(it->second, want->second);
+        break;
+      }
+      case 2:
+        flat.insert_or_assign(key, value);
+        oracle.insert_or_assign(key, value);
+        break;
+      case 3:
+        flat[key] += value;
+        oracle[key] += value;
+        break;
+      case 4:
+        ASSERT_EQ(flat.erase(key), oracle.erase(key));
+        break;
+      case 5:
+        flat.emplace_hint(flat.end(), key, value);
+        oracle.emplace_hint(oracle.end(), key, value);
+        break;
+      default: {
+        auto it = flat.find(key);
+        ASSERT_EQ(it == flat.end(), oracle.count(key) == 0);
+        if (it != flat.end()) {
+          ASSERT_EQ(it->second, oracle.at(key));
+          ASSERT_EQ(flat.at(key), oracle.at(key));
+        } else {
+          ASSERT_THROW(flat.at(key), c10::IndexError);
+        }
+        const auto lb = flat.lower_bound(key);
+        const auto want = oracle.lower_bound(key);
+        ASSERT_EQ(lb == flat.end(), want == oracle.end());
+        if (want != oracle.end()) ASSERT_EQ(lb->first, want->first);
+      }
+    }
+    ASSERT_EQ(flat.size(), oracle.size());
+  }
+  ASSERT_GT(flat.size(), 2000u);
+  auto same = [&](const Map& m) {
+    return std::equal(m.begin(), m.end(), oracle.begin(), oracle.end(),
+                      [](const auto& a, const auto& b) {
+                        return a.first == b.first && a.second == b.second;
+                      });
+  };
+  ASSERT_TRUE(same(flat));
+  // Copies, moves and appends.
+  Map copy = flat;
+  EXPECT_TRUE(copy == flat);
+  Map moved = std::move(copy);
+  EXPECT_TRUE(same(moved));
+  EXPECT_TRUE(copy.empty());  // NOLINT(bugprone-use-after-move): a moved-from map is empty
+  int key = 6000;
+  std::string value = "appended";
+  EXPECT_TRUE(moved.append(std::move(key), std::move(value)));
+  key = 10;
+  value = "not after the last key";
+  EXPECT_FALSE(moved.append(std::move(key), std::move(value)));
+  EXPECT_EQ(value, "not after the last key");  // left as it was
+  EXPECT_EQ(moved.size(), flat.size() + 1);
+  // from_sorted adopts sorted, unique entries and refuses any others.
+  auto entries = Map(flat).release();  // a copy's: `flat` is compared below
+  EXPECT_TRUE(Map::from_sorted(entries) == flat);
+  std::swap(entries[0], entries[1]);
+  EXPECT_THROW(Map::from_sorted(entries), c10::Error);
+  entries[1] = entries[0];
+  EXPECT_THROW(Map::from_sorted(entries), c10::Error);
+  EXPECT_TRUE((Map{{2, "b"}, {1, "a"}} == Map{{1, "a"}, {2, "b"}}));
+  flat.clear();
+  EXPECT_TRUE(flat.empty());
+  EXPECT_EQ(flat.begin(), flat.end());
+}
+
 TEST(GlobalPlanTest, OverlappingOutOfBoundsAndUncoveredChunksAreRejected) {
   expect_invalid(two_plans(tensor_item("w", {0}, {3}, {4}),
                            tensor_item("w", {2}, {2}, {4})),

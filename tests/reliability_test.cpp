@@ -303,9 +303,10 @@ void move_chunk(Metadata& md, const std::string& fqn, const std::vector<int64_t>
   for (auto& c : tensor_entry(md, fqn).chunks) {
     if (c10::IntArrayRef(c.offsets) == old_offsets) c.offsets = new_offsets;
   }
-  auto node = md.storage_data.extract(MetadataIndex(fqn, old_offsets));
-  node.key().offset = new_offsets;
-  md.storage_data.insert(std::move(node));
+  const MetadataIndex old_index(fqn, old_offsets);
+  StorageInfo info = md.storage_data.at(old_index);
+  md.storage_data.erase(old_index);
+  md.storage_data.emplace(MetadataIndex(fqn, new_offsets), std::move(info));
 }
 
 TEST(Issue13Finding7, BadChunkGeometryIsAnErrorNamingKeyAndChunk) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dcp/dims.h"
+#include "dcp/flat_map.h"
 #include "dcp/object_path.h"
 #include "dcp/ordered_map.h"
 
@@ -121,6 +122,10 @@ struct StorageInfo {
   }
 };
 
+/// Metadata.storage_data: item -> location, in key order, in one array (dcp::FlatMap: no heap
+/// block per entry; build it in key order or through detail::make_storage_data).
+using StorageData = FlatMap<MetadataIndex, StorageInfo>;
+
 /// The version string this library writes, as Python's CURRENT_DCP_VERSION.
 inline constexpr const char* kDcpVersion = "1.0.0";
 
@@ -134,7 +139,7 @@ struct Metadata {
   /// checkpoint's planner data is absent or not of that form.
   std::optional<std::map<std::string, ObjectPath>> planner_data;
   /// Storage's data: item -> location.
-  std::map<MetadataIndex, StorageInfo> storage_data;
+  StorageData storage_data;
   std::optional<StorageMeta> storage_meta;
   std::optional<std::string> version;
 

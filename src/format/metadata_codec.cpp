@@ -543,7 +543,7 @@ class Decoder {
     return info;
   }
 
-  std::map<MetadataIndex, StorageInfo> storage_data(ObjectPtr dict) const {
+  StorageData storage_data(ObjectPtr dict) const {
     StorageDataBuilder out;
     for_each_entry(dict, "storage_data", [&](ObjectPtr k, ObjectPtr v) {
       MetadataIndex index = metadata_index(k);

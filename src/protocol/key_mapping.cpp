@@ -7,6 +7,7 @@
 #include <iostream>
 #include <set>
 
+#include "storage_data.h"
 #include "util/names.h"
 
 namespace dcp::detail {
@@ -77,13 +78,12 @@ void apply_key_mapping(Metadata& metadata, const KeyMapping& mapping) {
   decltype(metadata.state_dict_metadata) sdm;
   for (auto& [saved, md] : metadata.state_dict_metadata) sdm.emplace(renamed.at(saved), std::move(md));
   metadata.state_dict_metadata = std::move(sdm);
-  std::map<MetadataIndex, StorageInfo> storage;
-  for (auto& [index, info] : metadata.storage_data) {
-    MetadataIndex moved = index;
-    if (auto it = renamed.find(index.fqn); it != renamed.end()) moved.fqn = it->second;
-    storage.emplace(std::move(moved), std::move(info));
+  // New names sort differently: the entries are renamed, then sorted again.
+  std::vector<std::pair<MetadataIndex, StorageInfo>> storage = std::move(metadata.storage_data).release();
+  for (auto& [index, info] : storage) {
+    if (auto it = renamed.find(index.fqn); it != renamed.end()) index.fqn = it->second;
   }
-  metadata.storage_data = std::move(storage);
+  metadata.storage_data = detail::make_storage_data(std::move(storage));
   if (metadata.planner_data) {
     std::map<std::string, ObjectPath> planner_data;
     for (auto& [saved, path] : *metadata.planner_data) {

@@ -1,6 +1,8 @@
 // Plan, write-result and metadata encoding (see plan_codec.h).
 #include "protocol/plan_codec.h"
 
+#include <algorithm>
+
 #include "util/wire.h"
 
 namespace dcp::detail {
@@ -316,6 +318,9 @@ Metadata decode_metadata_message(const std::string& bytes) {
     }
   }
   const size_t items = r.count();
+  // Reserved up to what the bytes left can hold: an entry takes at least 42 of them (three
+  // counts, two flags, offset and length).
+  metadata.storage_data.reserve(std::min(items, r.left() / 42));
   for (size_t i = 0; i < items; ++i) {
     MetadataIndex index = get_index(r);
     metadata.storage_data.emplace_hint(metadata.storage_data.end(), std::move(index),

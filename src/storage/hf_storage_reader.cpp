@@ -14,6 +14,7 @@
 #include "storage/paths.h"
 #include "storage/posix_input_file.h"
 #include "storage/read_schedule.h"
+#include "storage_data.h"
 #include "util/checked.h"
 #include "util/error_context.h"
 #include "util/parallel.h"
@@ -116,6 +117,7 @@ Metadata HuggingFaceStorageReader::read_metadata() {
   TORCH_CHECK(!path_.empty(), "HuggingFaceStorageReader: no model path (pass a checkpoint_id)");
   Metadata md;
   std::map<MetadataIndex, std::string> file_of;  // chunk -> file, to name duplicates
+  std::vector<std::pair<MetadataIndex, StorageInfo>> storage;  // sorted once, at the end
   for (const std::string& name : model_files(path_)) {
     const detail::PosixInputFile file(path_, name);
     const detail::SafetensorsHeader header = read_header(file);
@@ -147,11 +149,12 @@ Metadata HuggingFaceStorageReader::read_metadata() {
         tensor.size[d] = std::max(tensor.size[d], *end);
       }
       tensor.chunks.push_back(ChunkStorageMetadata{Dims(offsets), Dims(t.shape)});
-      md.storage_data.emplace(MetadataIndex(t.name, offsets, static_cast<int64_t>(tensor.chunks.size() - 1)),
-                              StorageInfo{name, static_cast<int64_t>(t.offset),
-                                          static_cast<int64_t>(t.length), {}});
+      storage.emplace_back(
+          MetadataIndex(t.name, offsets, static_cast<int64_t>(tensor.chunks.size() - 1)),
+          StorageInfo{name, static_cast<int64_t>(t.offset), static_cast<int64_t>(t.length), {}});
     }
   }
+  md.storage_data = detail::make_storage_data(std::move(storage));  // file_of: keys are unique
   return md;
 }
 

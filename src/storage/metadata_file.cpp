@@ -12,6 +12,7 @@
 #include "format/metadata_checksum.h"
 #include "format/metadata_codec.h"
 #include "io/file.h"
+#include "storage_data.h"
 #include "storage/paths.h"
 
 namespace dcp::detail {
@@ -57,7 +58,6 @@ Metadata merge_rank_local_metadata(const std::vector<std::pair<std::string, Meta
         if (!known) merged->chunks.push_back(chunk);
       }
     }
-    for (const auto& [index, info] : md.storage_data) out.storage_data.emplace(index, info);
     if (md.planner_data) {
       if (!out.planner_data) out.planner_data.emplace();
       for (const auto& [key, path] : *md.planner_data) out.planner_data->emplace(key, path);
@@ -65,6 +65,14 @@ Metadata merge_rank_local_metadata(const std::vector<std::pair<std::string, Meta
     if (!out.storage_meta) out.storage_meta = md.storage_meta;
     if (!out.version) out.version = md.version;
   }
+  // An item in several files is read from the first file's copy; make_storage_data keeps the
+  // last of equal keys, so the files go in backwards.
+  std::vector<std::pair<MetadataIndex, StorageInfo>> storage;
+  for (auto part = parts.rbegin(); part != parts.rend(); ++part) {
+    storage.insert(storage.end(), part->second.storage_data.begin(),
+                   part->second.storage_data.end());
+  }
+  out.storage_data = detail::make_storage_data(std::move(storage));
   return out;
 }
 

@@ -74,6 +74,7 @@ class Reader {
     return static_cast<size_t>(n);
   }
   bool done() const { return pos_ == in_.size(); }
+  size_t left() const { return in_.size() - pos_; }
 
  private:
   const char* take(size_t n) {
