@@ -239,11 +239,12 @@ TEST(FlatMapTest, BehavesLikeStdMapUnderAnyOrderOfOperations) {
     ASSERT_EQ(flat.size(), oracle.size());
   }
   ASSERT_GT(flat.size(), 2000u);
+  // FlatMap's entries are pair<K, V>, std::map's pair<const K, V>.
+  auto equal_entry = [](const auto& a, const auto& b) {
+    return a.first == b.first && a.second == b.second;
+  };
   auto same = [&](const Map& m) {
-    return std::equal(m.begin(), m.end(), oracle.begin(), oracle.end(),
-                      [](const auto& a, const auto& b) {
-                        return a.first == b.first && a.second == b.second;
-                      });
+    return std::equal(m.begin(), m.end(), oracle.begin(), oracle.end(), equal_entry);
   };
   ASSERT_TRUE(same(flat));
   // Copies, moves and appends.
@@ -268,6 +269,18 @@ TEST(FlatMapTest, BehavesLikeStdMapUnderAnyOrderOfOperations) {
   entries[1] = entries[0];
   EXPECT_THROW(Map::from_sorted(entries), c10::Error);
   EXPECT_TRUE((Map{{2, "b"}, {1, "a"}} == Map{{1, "a"}, {2, "b"}}));
+  // from_unsorted takes any order; of equal keys the last wins, as insert_or_assign.
+  std::vector<Map::value_type> scrambled;
+  std::map<int, std::string> last_wins;
+  for (int i = 0; i < 3000; ++i) {
+    const int k = static_cast<int>((next() >> 12) % 1000);
+    scrambled.emplace_back(k, "entry " + std::to_string(i));
+    last_wins.insert_or_assign(k, "entry " + std::to_string(i));
+  }
+  const Map sorted = Map::from_unsorted(scrambled);
+  ASSERT_EQ(sorted.size(), last_wins.size());
+  EXPECT_TRUE(
+      std::equal(sorted.begin(), sorted.end(), last_wins.begin(), last_wins.end(), equal_entry));
   flat.clear();
   EXPECT_TRUE(flat.empty());
   EXPECT_EQ(flat.begin(), flat.end());

@@ -18,7 +18,8 @@
 // - inserting anywhere but after the last key moves the entries behind it (O(n)), and any
 //   insertion or erasure invalidates iterators, references and pointers to entries. Build
 //   large maps in key order (append, or emplace in key order, costs one comparison), or
-//   collect and sort them; `from_sorted` adopts entries already sorted and unique;
+//   collect the entries and build the map with `from_unsorted` (any order; O(n log n)) or
+//   `from_sorted` (sorted and unique; checked);
 // - `release` hands back the entries, for a caller that re-sorts them.
 //
 // Thread-safety: none; plain data.
@@ -53,7 +54,8 @@ class FlatMap {
     while ((size_t{2} << shift) <= per_block) ++shift;
     return shift;
   }
-  static constexpr size_t kShift = shift_for(std::max<size_t>(1, kBlockTarget / sizeof(value_type)));
+  static constexpr size_t kShift =
+      shift_for(std::max<size_t>(1, kBlockTarget / sizeof(value_type)));
   static constexpr size_t kPerBlock = size_t{1} << kShift;
   static constexpr size_t kMask = kPerBlock - 1;
 
@@ -141,6 +143,27 @@ class FlatMap {
       TORCH_CHECK(out.append(std::move(entries[i].first), std::move(entries[i].second)),
                   "FlatMap::from_sorted: entries ", i - 1, " and ", i,
                   " are out of order or equal");
+    }
+    return out;
+  }
+
+  /// Builds the map from entries in any order in O(n log n); of equal keys, the last one
+  /// wins (as repeated insert_or_assign would). The way to build a large map whose keys do
+  /// not come in order.
+  static FlatMap from_unsorted(std::vector<value_type> entries) {
+    std::vector<size_t> order(entries.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return Less()(entries[a].first, entries[b].first);
+    });
+    FlatMap out;
+    out.reserve(entries.size());
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (k + 1 < order.size() &&
+          !Less()(entries[order[k]].first, entries[order[k + 1]].first)) {
+        continue;  // a later entry has the same key
+      }
+      out.construct_back(std::move(entries[order[k]]));
     }
     return out;
   }

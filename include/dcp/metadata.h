@@ -123,7 +123,9 @@ struct StorageInfo {
 };
 
 /// Metadata.storage_data: item -> location, in key order, in one array (dcp::FlatMap: no heap
-/// block per entry; build it in key order or through detail::make_storage_data).
+/// block per entry). Inserting out of key order moves the entries behind; a StorageReader
+/// that builds millions of entries in another order collects them and calls
+/// StorageData::from_unsorted.
 using StorageData = FlatMap<MetadataIndex, StorageInfo>;
 
 /// The version string this library writes, as Python's CURRENT_DCP_VERSION.

@@ -95,6 +95,8 @@ class StorageReader {
   StorageReader& operator=(const StorageReader&) = delete;
 
   virtual void reset(const std::optional<std::string>& checkpoint_id) = 0;
+  /// The checkpoint's Metadata. A reader that produces a large storage_data out of key order
+  /// collects its entries and builds it with StorageData::from_unsorted.
   virtual Metadata read_metadata() = 0;
   virtual void set_up_storage_reader(const Metadata& metadata, bool is_coordinator, int rank) = 0;
   virtual LoadPlan prepare_local_plan(LoadPlan plan) = 0;

@@ -742,8 +742,9 @@ class DirectDecoder {
   }
 
   // One storage entry per chunk and per byte item, if the file is consistent. The decoded
-  // chunks hold memory already, and the room reserved is at most twice theirs (176 bytes an
-  // entry against 96 a chunk), so a hostile file gains nothing by it.
+  // chunks and keys hold memory already, and the room reserved (176 bytes an entry) is at
+  // most a few times theirs (96 bytes a chunk, more for a key), so a hostile file gains
+  // little by it.
   static size_t expected_entries(const Metadata& md) {
     size_t n = 0;
     for (const auto& [fqn, entry] : md.state_dict_metadata) {

@@ -79,7 +79,7 @@ void apply_key_mapping(Metadata& metadata, const KeyMapping& mapping) {
   for (auto& [saved, md] : metadata.state_dict_metadata) sdm.emplace(renamed.at(saved), std::move(md));
   metadata.state_dict_metadata = std::move(sdm);
   // New names sort differently: the entries are renamed, then sorted again.
-  std::vector<std::pair<MetadataIndex, StorageInfo>> storage = std::move(metadata.storage_data).release();
+  auto storage = std::move(metadata.storage_data).release();
   for (auto& [index, info] : storage) {
     if (auto it = renamed.find(index.fqn); it != renamed.end()) index.fqn = it->second;
   }
