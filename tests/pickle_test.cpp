@@ -3,9 +3,13 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "format/pickle.h"
 
@@ -55,6 +59,47 @@ TEST(PickleTest, FloatsStringsBytesAndConstantsRoundTrip) {
   EXPECT_TRUE(o->items()[6]->b);
   EXPECT_FALSE(o->items()[7]->b);
   EXPECT_EQ(o->items()[8], o->items()[3]);  // same memo object
+}
+
+// A streaming writer hands out the in-memory writer's bytes, in order, in pieces no longer
+// than its piece size, except a piece that holds one longer value alone.
+TEST(PickleTest, AStreamingWriterHandsOutTheSameBytesInPieces) {
+  const std::string long_str(100, 'x');
+  auto fill = [&](Writer& w) {
+    w.mark();
+    for (int k = 0; k < 50; ++k) {
+      w.integer(int64_t{1} << (k % 40));
+      w.str("key" + std::to_string(k % 7));  // memoized from the 8th on
+      w.float64(k * 0.5);
+    }
+    w.str(long_str);
+    w.bytes(std::string("\x00\xff", 2));
+    w.global("torch", "Size");
+    w.tuple_from_mark();
+  };
+  Writer whole;
+  fill(whole);
+  const std::string expected = whole.finish();
+  for (size_t piece_bytes : {size_t{1}, size_t{3}, size_t{16}, size_t{1} << 20}) {
+    std::string streamed;
+    std::vector<size_t> pieces;
+    Writer w([&](std::string_view piece) {
+      streamed.append(piece);
+      pieces.push_back(piece.size());
+    }, piece_bytes);
+    fill(w);
+    EXPECT_EQ(w.finish(), "") << piece_bytes;
+    EXPECT_EQ(streamed, expected) << piece_bytes;
+    for (size_t n : pieces) {
+      EXPECT_GT(n, 0u);
+      EXPECT_LE(n, std::max(piece_bytes, long_str.size() + 5)) << piece_bytes;
+    }
+    if (piece_bytes < expected.size()) EXPECT_GT(pieces.size(), 1u) << piece_bytes;
+    else EXPECT_EQ(pieces.size(), 1u);
+  }
+  // What the sink throws leaves the call that filled a piece.
+  Writer failing([](std::string_view) { throw std::runtime_error("disk full"); }, 8);
+  EXPECT_THROW(fill(failing), std::runtime_error);
 }
 
 TEST(PickleTest, StringsOfAShortPickleOutliveTheParse) {

@@ -1,6 +1,7 @@
 // Storage tests: the conformance suite (testing/storage_conformance.h) run against the file
 // system (fast and simple paths) and the in-memory storage; the read order and read hints of
-// the file-system reader; the O_DIRECT and buffered output streams.
+// the file-system reader; the O_DIRECT and buffered output streams; the rank-local metadata
+// merge and the streamed write of '.metadata'.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <fcntl.h>
@@ -11,18 +12,22 @@
 #include <cerrno>
 #include <filesystem>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "dcp/dcp.h"
+#include "format/metadata_codec.h"
 #include "io/fault_injection.h"
 #include "io/file.h"
 #include "storage/file_output.h"
 #include "storage/metadata_file.h"
 #include "storage/read_items.h"
 #include "storage/write_items.h"
+#include "util/crc32.h"
 #include "testing/storage_conformance.h"
 #include "testing/test_util.h"
 
@@ -465,6 +470,57 @@ TEST(RankLocalMetadataTest, ContradictionsNameTheKeyAndBothFiles) {
   bytes_w.state_dict_metadata["w"] = BytesStorageMetadata{};
   e = error(rank_part(0, at::kFloat, {0, 2}), bytes_w);
   EXPECT_NE(e.find("stores 'w' as bytes but '__0.metadata' as a tensor"), std::string::npos) << e;
+}
+
+// The commit's '.metadata' is encoded straight into its file, in pieces: the file holds the
+// encoder's bytes, the size and CRC-32 reported for the checksum sidecar are those of the
+// file, and a write that fails at any piece throws naming the file and leaves nothing there.
+TEST(MetadataFileTest, WriteStreamsTheEncodingAndReportsItsSizeAndCrc) {
+  Metadata md;
+  TensorStorageMetadata t;
+  t.properties.dtype = at::kFloat;
+  t.size = {40000, 8};
+  for (int64_t row = 0; row < 40000; ++row) {
+    t.chunks.push_back(ChunkStorageMetadata{{row, 0}, {1, 8}});
+    md.storage_data.append(MetadataIndex("layers.weight", std::vector<int64_t>{row, 0}),
+                           StorageInfo{"__0_0.distcp", row * 32, 32, {}});
+  }
+  md.state_dict_metadata["layers.weight"] = t;
+  const std::string expected = detail::encode_metadata(md);
+  ASSERT_GT(expected.size(), size_t{3} << 20);  // several 1 MiB pieces
+
+  testing::TempDir dir;
+  const std::string path = dir.sub(".metadata.tmp");
+  const detail::WrittenMetadata written = detail::write_metadata_file(path, md, /*sync=*/true);
+  EXPECT_EQ(written.size, expected.size());
+  EXPECT_EQ(written.crc32, detail::crc32(expected.data(), expected.size()));
+  std::ifstream in(path, std::ios::binary);
+  const std::string on_disk((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_TRUE(on_disk == expected);
+
+  struct FailNthWrite : detail::FaultInjector {
+    explicit FailNthWrite(int n) : left(n) {}
+    int before(detail::FileOp op, const std::string&) override {
+      return op == detail::FileOp::kWrite && --left == 0 ? ENOSPC : 0;
+    }
+    std::atomic<int> left;
+  };
+  for (int failing : {1, 2, 4}) {
+    SCOPED_TRACE(failing);
+    const std::string failed = dir.sub("failed" + std::to_string(failing));
+    FailNthWrite injector(failing);
+    detail::FaultInjector* previous = detail::set_fault_injector(&injector);
+    std::string error;
+    try {
+      detail::write_metadata_file(failed, md, /*sync=*/false);
+    } catch (const c10::Error& e) {
+      error = e.what_without_backtrace();
+    }
+    detail::set_fault_injector(previous);
+    EXPECT_NE(error.find(failed), std::string::npos) << error;
+    EXPECT_NE(error.find(std::strerror(ENOSPC)), std::string::npos) << error;
+    EXPECT_FALSE(std::filesystem::exists(failed));
+  }
 }
 
 }  // namespace

@@ -91,6 +91,8 @@ class FileSystemWriter : public StorageWriter {
  private:
   std::vector<WriteResult> write_file(const std::string& file_path,
                                       const detail::FileBucket& bucket, SavePlanner& planner);
+  void commit_metadata(const std::string& tmp_name, const std::string& final_name,
+                       const Metadata& metadata, bool with_checksum);
   void replace_file(const std::string& tmp_name, const std::string& final_name,
                     const std::string& bytes);
 

@@ -48,11 +48,8 @@ std::string fields(uint64_t size, uint32_t crc) {
 
 }  // namespace
 
-std::string encode_metadata_checksum(const std::string& metadata_bytes,
-                                     const std::string& save_id) {
-  return kMagic +
-         fields(metadata_bytes.size(), crc32(metadata_bytes.data(), metadata_bytes.size())) +
-         save_id + "\n";
+std::string encode_metadata_checksum(const MetadataChecksum& checksum) {
+  return kMagic + fields(checksum.size, checksum.crc32) + checksum.save_id + "\n";
 }
 
 MetadataChecksum decode_metadata_checksum(const std::string& text, const std::string& source) {

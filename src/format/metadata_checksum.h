@@ -18,7 +18,7 @@ struct MetadataChecksum {
 };
 
 /// The sidecar's text: "dcp-metadata-checksum 1 size=<n> crc32=<8 hex> save_id=<id>\n".
-std::string encode_metadata_checksum(const std::string& metadata_bytes, const std::string& save_id);
+std::string encode_metadata_checksum(const MetadataChecksum& checksum);
 
 /// The most bytes a sidecar can hold.
 constexpr uint64_t kMaxMetadataChecksumBytes = 512;

@@ -23,6 +23,9 @@ using namespace metadata_schema;  // NOLINT(google-build-using-namespace): the f
 
 class Encoder {
  public:
+  Encoder() = default;
+  Encoder(pickle::Writer::Sink sink, size_t piece_bytes) : w_(std::move(sink), piece_bytes) {}
+
   std::string encode(const Metadata& md) {
     // About 110 bytes per storage entry and per chunk; growing past it only costs a regrow.
     size_t chunks = 0;
@@ -609,6 +612,13 @@ class Decoder {
 }  // namespace
 
 std::string encode_metadata(const Metadata& metadata) { return Encoder().encode(metadata); }
+
+void encode_metadata(const Metadata& metadata,
+                     const std::function<void(std::string_view)>& sink) {
+  // 1 MiB pieces: large enough that the sink's cost per call vanishes, small enough to stay
+  // in cache while the sink copies or checksums them.
+  Encoder(sink, size_t{1} << 20).encode(metadata);
+}
 
 Metadata decode_metadata(const char* data, size_t size, const std::string& source) {
   if (auto metadata = decode_metadata_direct(data, size)) return std::move(*metadata);

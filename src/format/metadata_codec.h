@@ -4,8 +4,10 @@
 // tree (format/pickle.h).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "dcp/metadata.h"
 
@@ -14,6 +16,10 @@ namespace dcp::detail {
 /// The pickle Python's pickle.load turns into torch.distributed.checkpoint.metadata.Metadata.
 /// Only the globals of docs/format.md §2 appear in it.
 std::string encode_metadata(const Metadata& metadata);
+/// The same bytes, handed to `sink` in order, in pieces of at most about 1 MiB as they are
+/// encoded: the pickle never sits in memory whole (FileSystemWriter's commit writes a
+/// '.metadata' of hundreds of MiB this way). What `sink` throws propagates.
+void encode_metadata(const Metadata& metadata, const std::function<void(std::string_view)>& sink);
 
 /// Parses a '.metadata' pickle written by dcp or by Python DCP (any 2.x layout: both
 /// TensorProperties locations, with or without storage_meta/version, protocols 2 to 5).

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -243,17 +244,29 @@ Tree unpickle(const char* data, size_t size, const std::string& source);
 /// outlive the tree. For large pickles parsed and interpreted in one go ('.metadata').
 Tree unpickle_view(const char* data, size_t size, const std::string& source);
 
-/// Emits protocol-2 pickles.
+/// Emits protocol-2 pickles, into one string or, streaming, to a sink.
 class Writer {
  public:
   /// A memo slot: str() and global() return the slot their value lives in, and get() pushes
   /// it again (what a repeated str()/global() would do, without the lookup).
   using MemoIndex = uint32_t;
+  /// Takes the next bytes of a streaming writer's output, in order. What it throws leaves the
+  /// writer's call (the pickle is then unfinished).
+  using Sink = std::function<void(std::string_view)>;
 
+  /// Builds the pickle in memory; finish() returns it.
   Writer();
+  /// Streams: hands the output to `sink` in pieces of `piece_bytes` or a little less (a
+  /// value longer than that goes in a piece of its own size), the last one from finish().
+  /// Protocol 2 has no frames or back-references into the output, so no piece is revisited,
+  /// and the whole pickle never sits in memory ('.metadata' files of hundreds of MiB).
+  Writer(Sink sink, size_t piece_bytes);
 
-  /// Reserves room for about `bytes` of output (avoids regrowing a large pickle).
-  void reserve(size_t bytes) { out_.reserve(bytes); }
+  /// Reserves room for about `bytes` of output (avoids regrowing a large pickle). A streaming
+  /// writer ignores it.
+  void reserve(size_t bytes) {
+    if (!sink_) out_.reserve(bytes);
+  }
 
   void none() { op(PickleOpCode::NONE); }
   void boolean(bool v) { op(v ? PickleOpCode::NEWTRUE : PickleOpCode::NEWFALSE); }
@@ -296,7 +309,8 @@ class Writer {
   void newobj() { op(PickleOpCode::NEWOBJ); }
   void build() { op(PickleOpCode::BUILD); }
   void binpersid() { op(PickleOpCode::BINPERSID); }
-  /// Appends STOP and returns the pickle.
+  /// Appends STOP and returns the pickle; a streaming writer hands the rest to its sink and
+  /// returns an empty string.
   std::string finish();
 
  private:
@@ -335,6 +349,10 @@ class Writer {
     }
   }
 
+  // A streaming writer's: hands the bytes in out_ to the sink and starts out_ again.
+  void flush();
+
+  Sink sink_;  // empty: the pickle stays in out_
   std::string out_;
   size_t written_ = 0;
   std::deque<std::string> keys_;

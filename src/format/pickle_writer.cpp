@@ -17,6 +17,13 @@ Writer::Writer() {
   byte(2);
 }
 
+Writer::Writer(Sink sink, size_t piece_bytes) : sink_(std::move(sink)) {
+  TORCH_INTERNAL_ASSERT(sink_ && piece_bytes > 0, "a streaming pickle writer needs a sink");
+  out_.resize(piece_bytes);
+  op(PickleOpCode::PROTO);
+  byte(2);
+}
+
 Writer::MemoIndex Writer::memoize_top(MemoTable& table, std::string key) {
   const MemoIndex index = next_memo_++;
   table.emplace(keys_.emplace_back(std::move(key)), index);
@@ -114,12 +121,27 @@ void Writer::tuple(size_t n) {
 }
 
 void Writer::extend(size_t n) {
+  if (sink_) {
+    // Every byte before written_ is final (room()'s callers fill what they asked for at once).
+    flush();
+    if (out_.size() < n) out_.resize(n);
+    return;
+  }
   // Doubles, as push_back would (a small pickle stays small).
   out_.resize(std::max({written_ + n, 2 * out_.size(), size_t{256}}));
 }
 
+void Writer::flush() {
+  if (written_ > 0) sink_(std::string_view(out_.data(), written_));
+  written_ = 0;
+}
+
 std::string Writer::finish() {
   op(PickleOpCode::STOP);
+  if (sink_) {
+    flush();
+    return {};
+  }
   out_.resize(written_);
   written_ = 0;
   return std::move(out_);

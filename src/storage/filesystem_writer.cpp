@@ -8,11 +8,12 @@
 //      without a checkpoint, "__{rank}_{token}_" (unique to this save) where one exists.
 //   3. write_data (every rank): write '{prefix}{k}.distcp' under final names, fsync each; a
 //      rank that fails removes the files it was writing.
-//   4. finish (coordinator): write '.metadata.checksum.tmp', fsync, rename to
-//      '.metadata.checksum' (Note [Metadata checksum]); write '.metadata.tmp', fsync, rename to
-//      '.metadata', fsync the directory. Until this rename the new checkpoint does not exist
-//      and the old one, if any, is intact. Then remove the data files the new '.metadata' does
-//      not reference, fsync the directory, release the lock.
+//   4. finish (coordinator): write '.metadata.tmp' (streamed from the encoder), fsync; write
+//      '.metadata.checksum.tmp', fsync, rename to '.metadata.checksum' (Note [Metadata
+//      checksum]); rename '.metadata.tmp' to '.metadata', fsync the directory. Until this
+//      rename the new checkpoint does not exist and the old one, if any, is intact. Then
+//      remove the data files the new '.metadata' does not reference, fsync the directory,
+//      release the lock.
 //
 // Note [Re-save]: a save into a directory that already holds a checkpoint must not touch that
 // checkpoint's files before it commits: a save that is killed or runs out of space would
@@ -42,6 +43,7 @@
 #include "io/file.h"
 #include "storage/file_output.h"
 #include "storage/directory_lock.h"
+#include "storage/metadata_file.h"
 #include "storage/paths.h"
 #include "storage/write_items.h"
 #include "util/uuid.h"
@@ -206,10 +208,10 @@ std::vector<WriteResult> FileSystemWriter::write_file(const std::string& file_pa
 
 void FileSystemWriter::finish(const Metadata& metadata,
                               const std::vector<std::vector<WriteResult>>& results) {
-  const std::string bytes = detail::encode_metadata(metadata);
   if (rank_local_) {  // Note [Saving without collectives]
-    replace_file(detail::paths::rank_metadata_temp_file(*rank_local_),
-                 detail::paths::rank_metadata_file(*rank_local_), bytes);
+    commit_metadata(detail::paths::rank_metadata_temp_file(*rank_local_),
+                    detail::paths::rank_metadata_file(*rank_local_), metadata,
+                    /*with_checksum=*/false);
     if (options_.sync_files) detail::sync_directory(path_);
     const std::string mine = detail::paths::rank_prefix(*rank_local_);
     std::vector<std::string> own_files;
@@ -221,18 +223,8 @@ void FileSystemWriter::finish(const Metadata& metadata,
     return;
   }
   try {
-    // Note [Metadata checksum]: the sidecar goes first; without a save id it could not tell
-    // a corrupt '.metadata' from a stale sidecar, so none is written.
-    const std::optional<std::string>& save_id =
-        metadata.storage_meta ? metadata.storage_meta->save_id : std::nullopt;
-    if (save_id) {
-      replace_file(detail::paths::metadata_checksum_temp_file(),
-                   detail::paths::metadata_checksum_file(),
-                   detail::encode_metadata_checksum(bytes, *save_id));
-    } else {
-      detail::remove_file(detail::join_path(path_, detail::paths::metadata_checksum_file()));
-    }
-    replace_file(detail::paths::metadata_temp_file(), detail::paths::metadata_file(), bytes);
+    commit_metadata(detail::paths::metadata_temp_file(), detail::paths::metadata_file(), metadata,
+                    /*with_checksum=*/true);
   } catch (...) {
     lock_.reset();
     throw;
@@ -245,6 +237,35 @@ void FileSystemWriter::finish(const Metadata& metadata,
                                 c10::str("checkpoint '", path_, "' committed"));
   if (removed && options_.sync_files) detail::sync_directory(path_);
   lock_.reset();
+}
+
+// Streams `metadata` into `tmp_name` (the pickle is never whole in memory: at 2 million
+// entries it is 223 MiB), then, `with_checksum`, replaces the checksum sidecar with that
+// file's, and renames `tmp_name` to `final_name`: the commit. Names are in the directory.
+// Note [Metadata checksum]: the sidecar goes after the new bytes are on disk and before the
+// rename, so a failure while writing them leaves the previous checkpoint's sidecar in place;
+// without a save id the sidecar could not tell a corrupt '.metadata' from a stale one, so
+// none is written. A failure removes the temporary file and rethrows.
+void FileSystemWriter::commit_metadata(const std::string& tmp_name, const std::string& final_name,
+                                       const Metadata& metadata, bool with_checksum) {
+  const std::string tmp = detail::join_path(path_, tmp_name);
+  const detail::WrittenMetadata written =
+      detail::write_metadata_file(tmp, metadata, options_.sync_files);
+  try {
+    const std::optional<std::string>& save_id =
+        metadata.storage_meta ? metadata.storage_meta->save_id : std::nullopt;
+    if (with_checksum && save_id) {
+      replace_file(detail::paths::metadata_checksum_temp_file(),
+                   detail::paths::metadata_checksum_file(),
+                   detail::encode_metadata_checksum({written.size, written.crc32, *save_id}));
+    } else if (with_checksum) {
+      detail::remove_file(detail::join_path(path_, detail::paths::metadata_checksum_file()));
+    }
+    detail::rename_file(tmp, detail::join_path(path_, final_name));
+  } catch (...) {
+    detail::remove_file_quietly(tmp);  // the commit's own error is the one to report
+    throw;
+  }
 }
 
 // Writes `bytes` to `tmp`, fsyncs it and renames it to `final_name` (names in the directory);

@@ -1,4 +1,4 @@
-// Reading '.metadata' (see metadata_file.h).
+// Reading and writing '.metadata' (see metadata_file.h).
 #include "storage/metadata_file.h"
 
 #include <c10/util/Exception.h>
@@ -14,6 +14,7 @@
 #include "io/file.h"
 #include "storage_data.h"
 #include "storage/paths.h"
+#include "util/crc32.h"
 
 namespace dcp::detail {
 
@@ -156,6 +157,26 @@ MetadataFile read_metadata_file(const std::string& dir, bool check_checksum) {
                   " bytes); the file changed after that save committed it");
   }
   return out;
+}
+
+WrittenMetadata write_metadata_file(const std::string& path, const Metadata& metadata,
+                                    bool sync) {
+  try {
+    File file = File::open(path, O_WRONLY | O_CREAT | O_TRUNC);
+    WrittenMetadata written;
+    // Each piece is checksummed while it is still in cache from the encoder.
+    encode_metadata(metadata, [&](std::string_view piece) {
+      written.crc32 = crc32(piece.data(), piece.size(), written.crc32);
+      written.size += piece.size();
+      file.write_all(piece.data(), piece.size());
+    });
+    if (sync) file.sync();
+    file.close();
+    return written;
+  } catch (...) {
+    remove_file_quietly(path);  // the write's own error is the one to report
+    throw;
+  }
 }
 
 const char* checksum_name(MetadataFile::Checksum checksum) {

@@ -1,8 +1,10 @@
-// Reading a checkpoint directory's '.metadata': the "no checkpoint" and "incomplete
+// A checkpoint directory's '.metadata' file. Reading: the "no checkpoint" and "incomplete
 // checkpoint" diagnoses, the bounded read, decoding, and the checksum sidecar's verdict (Note
-// [Metadata checksum] in format/metadata_checksum.cpp). FileSystemReader and dcp::verify use it.
+// [Metadata checksum] in format/metadata_checksum.cpp); FileSystemReader and dcp::verify use
+// it. Writing: the encoding streamed into the file, for FileSystemWriter's commit.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +37,18 @@ constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
 /// no checkpoint, when it does not decode, when rank-local files contradict each other, and
 /// when the sidecar shows it corrupt (naming both files).
 MetadataFile read_metadata_file(const std::string& dir, bool check_checksum);
+
+/// What write_metadata_file wrote: the numbers of its checksum sidecar.
+struct WrittenMetadata {
+  uint64_t size = 0;   // bytes
+  uint32_t crc32 = 0;  // of those bytes
+};
+
+/// Encodes `metadata` straight into a new file at `path` (created, or truncated), computing
+/// its size and CRC-32 as the bytes go, and fsyncs it when `sync`: the pickle is never whole
+/// in memory. It renames nothing; the caller commits. On failure it removes the file and
+/// rethrows.
+WrittenMetadata write_metadata_file(const std::string& path, const Metadata& metadata, bool sync);
 
 /// Merges the metadata of a save without collectives, one part per rank (ascending), into the
 /// metadata of the whole checkpoint. Throws naming the key and both files on a contradiction.
