@@ -192,20 +192,19 @@ int main(int argc, char** argv) {
   std::vector<dcp::SavePlan> plans = make_plans();
   build.stop();
 
-  // What the coordinator of dcp::save receives: every rank's plan, encoded.
+  // What the coordinator of dcp::save receives: every rank's plan, encoded. It plans on the
+  // plans it decoded, as dcp::save does (the ranks' own plans are freed first).
   std::vector<std::string> encoded;
   for (const auto& p : plans) encoded.push_back(dcp::detail::encode_save_plan(p));
+  plans = {};
   Step decode_plans;
-  {
-    std::vector<dcp::SavePlan> decoded;
-    for (const auto& e : encoded) decoded.push_back(dcp::detail::decode_save_plan(e));
-  }
+  std::vector<dcp::SavePlan> decoded = dcp::detail::decode_save_plans(encoded);
   decode_plans.stop();
-  encoded.clear();
+  encoded = {};
 
   dcp::DefaultSavePlanner planner;
   Step plan;
-  auto [final_plans, metadata] = planner.create_global_plan(std::move(plans));
+  auto [final_plans, metadata] = planner.create_global_plan(std::move(decoded));
   plan.stop();
 
   // enable_plan_caching (Python's): a first save fills the cache; a repeated save in which no

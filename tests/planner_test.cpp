@@ -5,12 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "dcp/planner.h"
 #include "storage_data.h"
 #include "util/name_interner.h"
 #include "planner/planner_helpers.h"
+#include "protocol/plan_codec.h"
 
 namespace dcp {
 namespace {
@@ -320,6 +325,90 @@ TEST(GlobalPlanTest, MergesPlannerDataFirstRankWinsAndRejectsKindConflicts) {
   expect_invalid(two_plans(tensor_item("w", {0}, {2}, {4}),
                            tensor_item("w", {2}, {2}, {5})),
                  "ranks disagree on the shape");
+}
+
+// SavePlan::planner_data is a map shared between copies until one is changed: a change
+// through any call that can make one is never seen through another copy.
+TEST(PlannerDataTest, CopiesShareOneMapUntilOneChangesIt) {
+  const PlannerData empty;
+  EXPECT_TRUE(empty.empty());
+  EXPECT_EQ(empty.begin(), empty.end());
+  EXPECT_EQ(empty.count("a"), 0u);
+  EXPECT_THROW(empty.at("a"), std::out_of_range);
+  EXPECT_FALSE(empty.shares_with(PlannerData()));
+
+  const PlannerData original = {{"a", ObjectPath{Key("a")}}, {"b", ObjectPath{Key("b"), 1}}};
+  const PlannerData::Map expected = original.map();
+  // Each way of changing a copy leaves `original` as it was.
+  const std::vector<std::function<void(PlannerData&)>> changes = {
+      [](PlannerData& p) { p.emplace("c", ObjectPath{Key("c")}); },
+      [](PlannerData& p) { p.insert_or_assign("a", ObjectPath{Key("x")}); },
+      [](PlannerData& p) { p["b"].push_back(Key("y")); },
+      [](PlannerData& p) { EXPECT_EQ(p.erase("a"), 1u); },
+      [](PlannerData& p) { p.clear(); },
+      [](PlannerData& p) { p.mutable_map().begin()->second.clear(); },
+  };
+  for (size_t k = 0; k < changes.size(); ++k) {
+    SCOPED_TRACE(k);
+    PlannerData copy = original;
+    EXPECT_TRUE(copy.shares_with(original));
+    EXPECT_TRUE(copy == original);
+    changes[k](copy);
+    EXPECT_FALSE(copy.shares_with(original));
+    EXPECT_TRUE(copy != original);
+    EXPECT_TRUE(original.map() == expected);
+  }
+  // An unshared map is changed in place; equal maps that are not shared compare equal.
+  PlannerData own = PlannerData::Map(expected);
+  const auto* before = &own.map();
+  own.emplace("c", ObjectPath{Key("c")});
+  EXPECT_EQ(&own.map(), before);
+  EXPECT_EQ(own.size(), 3u);
+  own.erase("c");
+  EXPECT_TRUE(own == original);
+  EXPECT_FALSE(own.shares_with(original));
+}
+
+// Note [Shared planner_data]: the coordinator's plans share the planner_data of ranks that send
+// the same one; the decoded plans and the global plan are what they are without the sharing.
+TEST(PlannerDataTest, DecodedPlansShareEqualPlannerDataAndPlanAsWithoutSharing) {
+  auto plan_of = [](int rank, const std::string& extra) {
+    SavePlan plan;
+    plan.items = {tensor_item("w", {2 * rank}, {2}, {8}),
+                  bytes_item("step_" + std::to_string(rank))};
+    plan.planner_data = {{"w", ObjectPath{Key("w")}}, {"step", ObjectPath{Key("step"), 0}}};
+    if (!extra.empty()) plan.planner_data.emplace(extra, ObjectPath{Key(extra)});
+    plan.storage_data = "__" + std::to_string(rank) + "_";
+    return plan;
+  };
+  // Ranks 0 and 1 send the same mappings, rank 2 one more key, rank 3 rank 2's again.
+  const std::vector<SavePlan> sent = {plan_of(0, ""), plan_of(1, ""), plan_of(2, "z"),
+                                      plan_of(3, "z")};
+  std::vector<std::string> encoded;
+  for (const auto& p : sent) encoded.push_back(detail::encode_save_plan(p));
+  std::vector<SavePlan> shared = detail::decode_save_plans(encoded);
+  std::vector<SavePlan> alone;
+  for (const auto& e : encoded) alone.push_back(detail::decode_save_plan(e));
+  ASSERT_EQ(shared.size(), 4u);
+  EXPECT_TRUE(shared[1].planner_data.shares_with(shared[0].planner_data));
+  EXPECT_FALSE(shared[2].planner_data.shares_with(shared[1].planner_data));
+  EXPECT_TRUE(shared[3].planner_data.shares_with(shared[2].planner_data));
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_FALSE(alone[r].planner_data.shares_with(shared[r].planner_data));
+    EXPECT_TRUE(detail::compare_save_plans(shared[r], alone[r])) << r;
+    EXPECT_TRUE(shared[r].planner_data == sent[r].planner_data) << r;
+    EXPECT_EQ(shared[r].storage_data, sent[r].storage_data);
+  }
+  auto [plans_shared, md_shared] = detail::create_default_global_save_plan(shared);
+  auto [plans_alone, md_alone] = detail::create_default_global_save_plan(alone);
+  EXPECT_TRUE(md_shared == md_alone);
+  ASSERT_TRUE(md_shared.planner_data.has_value());
+  EXPECT_EQ(md_shared.planner_data->size(), 3u);
+  EXPECT_EQ(md_shared.planner_data->count("z"), 1u);
+  // A planner that changes one rank's planner_data changes only that rank's.
+  shared[1].planner_data.emplace("only_1", ObjectPath{Key("only_1")});
+  EXPECT_EQ(shared[0].planner_data.count("only_1"), 0u);
+  EXPECT_EQ(shared[1].planner_data.count("only_1"), 1u);
 }
 
 TEST(GlobalPlanTest, ShardsListedOutOfOffsetOrderAreDeduplicatedAndValidated) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dcp/metadata.h"
+#include "dcp/planner_data.h"
 #include "dcp/state_dict.h"
 
 namespace dcp {
@@ -44,11 +45,12 @@ struct WriteItem {
 };
 
 /// One rank's items. `storage_data` belongs to the StorageWriter (FileSystemWriter keeps the
-/// rank's file prefix "__{rank}_" there); `planner_data` to the planner.
+/// rank's file prefix "__{rank}_" there); `planner_data` to the planner (a map that plans share
+/// until one changes it: dcp/planner_data.h).
 struct SavePlan {
   std::vector<WriteItem> items;
   std::string storage_data;
-  std::map<std::string, ObjectPath> planner_data;
+  PlannerData planner_data;
   bool usable = true;
 };
 

@@ -102,6 +102,7 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
   // name up. The interner keeps views into the plans' names, which outlive it.
   NameInterner names;
   std::vector<StorageMetadata*> entry_of;
+  const PlannerData* merged_from = nullptr;  // the planner_data merged last
   for (auto& plan : plans) {
     for (size_t p = 0; p < plan.items.size(); ++p) {
       WriteItem& item = plan.items[p];
@@ -136,7 +137,10 @@ std::pair<std::vector<SavePlan>, Metadata> create_default_global_save_plan(
       t->chunks.push_back(item.tensor_data->chunk);
     }
     // Merge planner_data (the first rank to name a key wins, as Python's ChainMap): both maps
-    // are sorted, so one walk finds each key's place; ranks mostly share every key.
+    // are sorted, so one walk finds each key's place; ranks mostly share every key. A map
+    // shared with the plan merged before adds nothing (Note [Shared planner_data]).
+    if (merged_from != nullptr && plan.planner_data.shares_with(*merged_from)) continue;
+    merged_from = &plan.planner_data;
     auto& merged = *md.planner_data;
     auto at = merged.begin();
     for (const auto& [fqn, path] : plan.planner_data) {

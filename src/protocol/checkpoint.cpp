@@ -201,8 +201,8 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
             return detail::encode_save_plan(writer.prepare_local_plan(planner->create_local_plan()));
           },
           [&](std::vector<std::string> encoded) {
-            std::vector<SavePlan> plans;
-            for (const auto& e : encoded) plans.push_back(detail::decode_save_plan(e));
+            std::vector<SavePlan> plans = detail::decode_save_plans(encoded);
+            encoded = {};  // decoded: freed before the global plan, not after it
             auto [final_plans, md] = planner->create_global_plan(std::move(plans));
             final_plans = writer.prepare_global_plan(std::move(final_plans));
             metadata = std::move(md);

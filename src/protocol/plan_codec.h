@@ -15,6 +15,9 @@ namespace dcp::detail {
 
 std::string encode_save_plan(const SavePlan& plan);
 SavePlan decode_save_plan(const std::string& bytes);
+/// Every rank's plan, as dcp::save's coordinator receives them: a plan whose planner_data is
+/// byte for byte the previous plan's shares its map (Note [Shared planner_data]).
+std::vector<SavePlan> decode_save_plans(const std::vector<std::string>& encoded);
 std::string encode_load_plan(const LoadPlan& plan);
 LoadPlan decode_load_plan(const std::string& bytes);
 /// A rank's final load plan with its shared reads (Note [Read once, broadcast]).

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dcp/dims.h"
@@ -75,6 +76,21 @@ class Reader {
   }
   bool done() const { return pos_ == in_.size(); }
   size_t left() const { return in_.size() - pos_; }
+  /// Where the next read starts (for view()).
+  size_t position() const { return pos_; }
+  /// The bytes read since `from`, an earlier position().
+  std::string_view view(size_t from) const {
+    return std::string_view(in_).substr(from, pos_ - from);
+  }
+  /// Consumes the next bytes when they equal `bytes`; returns whether they did.
+  bool skip_if_next(std::string_view bytes) {
+    if (bytes.size() > in_.size() - pos_ ||
+        std::memcmp(in_.data() + pos_, bytes.data(), bytes.size()) != 0) {
+      return false;
+    }
+    pos_ += bytes.size();
+    return true;
+  }
 
  private:
   const char* take(size_t n) {
