@@ -4,9 +4,11 @@
 // storage_data from the write results, metadata serialization and parsing, and reports the
 // '.metadata' size. It also times the decoding of the ranks' plans (what dcp::save's
 // coordinator receives) and enable_plan_caching: the first save, and a repeated one in which no
-// rank's plan changed (every rank sends an empty "unchanged" plan). Last, it times writing the
+// rank's plan changed (every rank sends an empty "unchanged" plan). It times writing the
 // '.metadata' file as the commit does, streamed from the encoder, against the pickle encoded
-// into memory first and then written.
+// into memory first and then written; and the coordinator's other steps in dcp::save, outside
+// the total: encoding the final plans, decoding the write results, and encoding the
+// committed Metadata for its broadcast.
 //
 //   coordinator_bench [ranks=1024] [tensors=2000] [dir]
 //   coordinator_bench read <dir>
@@ -206,6 +208,15 @@ int main(int argc, char** argv) {
   Step plan;
   auto [final_plans, metadata] = planner.create_global_plan(std::move(decoded));
   plan.stop();
+  Step gather;  // set below
+  // The final plans go back to the ranks (dcp::save's scatter).
+  Step scatter;
+  const size_t scattered_bytes = [&] {
+    size_t n = 0;
+    for (const std::string& e : dcp::detail::encode_save_plans(final_plans)) n += e.size();
+    return n;
+  }();
+  scatter.stop();
 
   // enable_plan_caching (Python's): a first save fills the cache; a repeated save in which no
   // rank's plan changed gets an empty "unchanged" plan from every rank (nothing to decode) and
@@ -225,8 +236,29 @@ int main(int argc, char** argv) {
   const bool cache_hit = caching.plan_cache_stats().global_plan_hits == 1 &&
                          cached_metadata == metadata;
 
-  // What the writers' results add: one storage entry per item (as dcp::save's coordinator
-  // receives them, rank by rank).
+  // What the writers' results add: one storage entry per item, as dcp::save's coordinator
+  // receives them (each rank's encoded results, decoded; timed, then dropped), then collects
+  // them.
+  {
+    std::vector<std::string> encoded_results;
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<dcp::WriteResult> mine;
+      int64_t offset = 0;
+      const std::string file = "__" + std::to_string(r) + "_0.distcp";
+      for (const auto& item : final_plans[r].items) {
+        mine.push_back({item.index, item.tensor_storage_size(), {file, offset, 4096, {}}});
+        offset += 4096;
+      }
+      encoded_results.push_back(dcp::detail::encode_write_results(mine));
+    }
+    std::vector<std::vector<dcp::WriteResult>> all_results;
+    Step step;
+    for (const auto& e : encoded_results) {
+      all_results.push_back(dcp::detail::decode_write_results(e));
+    }
+    step.stop();
+    gather = step;
+  }
   std::vector<std::pair<dcp::MetadataIndex, dcp::StorageInfo>> results;
   for (int r = 0; r < ranks; ++r) {
     int64_t offset = 0;
@@ -278,6 +310,10 @@ int main(int argc, char** argv) {
       dcp::detail::write_metadata_file(dir + "/.metadata", metadata, /*sync=*/false);
   stream.stop();
   const bool same_file = written.size == bytes.size() && written.crc32 == whole_crc;
+  // After the commit, dcp::save broadcasts the committed Metadata to every rank.
+  Step message;
+  const size_t message_bytes = dcp::detail::encode_metadata_message(metadata).size();
+  message.stop();
   dcp::detail::remove_file(from_memory_path);
   if (argc <= 3) {
     dcp::detail::remove_file(dir + "/.metadata");
@@ -292,13 +328,16 @@ int main(int argc, char** argv) {
   row("building the local plans (not the coordinator's work):", build);
   row("decoding the ranks' plans (dcp::save's coordinator):", decode_plans);
   row("global plan (dedup + metadata + validation):", plan);
+  row("encoding the final plans (scatter, not in the total):", scatter);
   row("global plan, enable_plan_caching, first save (+ cache):", first_cached);
   row("global plan, enable_plan_caching, repeated save (hit):", repeat);
+  row("decoding the ranks' write results (not in the total):", gather);
   row("storage_data from the write results:", storage);
   row("metadata serialization into memory:", encode);
   row("  then written to a file with its CRC-32 (before):", write_whole);
   row("metadata streamed into the file with its CRC-32 (now):", stream);
   row("metadata parsing:", decode);
+  row("Metadata broadcast after the commit (not in the total):", message);
   std::printf("  round trip equal: %s; same file size and CRC-32 both ways: %s; .metadata size: "
               "%.1f MiB\n",
               same ? "yes" : "NO", same_file ? "yes" : "NO", bytes.size() / 1048576.0);
@@ -308,6 +347,11 @@ int main(int argc, char** argv) {
   std::printf("  coordinator total (plan decode + plan + storage_data + '.metadata' written): "
               "%.3f s\n",
               decode_plans.seconds + plan.seconds + rest);
+  std::printf("  every step of dcp::save's coordinator (the total, the final plans (%.0f MiB), "
+              "the write results, the broadcast (%.0f MiB)): %.3f s\n",
+              scattered_bytes / 1048576.0, message_bytes / 1048576.0,
+              decode_plans.seconds + plan.seconds + rest + scatter.seconds + gather.seconds +
+                  message.seconds);
   std::printf("  the same, repeated save with enable_plan_caching (no plan to decode): %.3f s "
               "(%.1fx less; cache hit with the same Metadata: %s)\n",
               repeat.seconds + rest,

@@ -399,6 +399,9 @@ TEST(PlannerDataTest, DecodedPlansShareEqualPlannerDataAndPlanAsWithoutSharing) 
     EXPECT_TRUE(shared[r].planner_data == sent[r].planner_data) << r;
     EXPECT_EQ(shared[r].storage_data, sent[r].storage_data);
   }
+  // Encoded together, plans that share a map reuse its bytes: the same bytes as alone.
+  EXPECT_EQ(detail::encode_save_plans(shared), encoded);
+  EXPECT_EQ(detail::encode_save_plans(alone), encoded);
   auto [plans_shared, md_shared] = detail::create_default_global_save_plan(shared);
   auto [plans_alone, md_alone] = detail::create_default_global_save_plan(alone);
   EXPECT_TRUE(md_shared == md_alone);

@@ -206,9 +206,7 @@ Metadata save(const StateDict& state, StorageWriter& writer, const SaveOptions& 
             auto [final_plans, md] = planner->create_global_plan(std::move(plans));
             final_plans = writer.prepare_global_plan(std::move(final_plans));
             metadata = std::move(md);
-            std::vector<std::string> out;
-            for (const auto& p : final_plans) out.push_back(detail::encode_save_plan(p));
-            return out;
+            return detail::encode_save_plans(final_plans);
           });
       events.end(Phase::kPlan);
 

@@ -93,7 +93,31 @@ std::optional<std::string> get_optional(wire::Reader& r) {
 
 }  // namespace
 
-std::string encode_save_plan(const SavePlan& plan) {
+namespace {
+
+// Note [Shared planner_data]: the default planners put every rank's mappings (flat key ->
+// ObjectPath) in its plan, and the ranks of one model have the same ones: at 1024 ranks x
+// 2,000 tensors, 2 million map entries (about 400 MiB, half of the plans' decoding time) that
+// the global plan merges back into 2,000. So dcp::save's coordinator decodes the plans with
+// decode_save_plans, where a plan whose planner_data bytes equal the previous plan's shares
+// that plan's map (a memcmp of about 100 KB per rank here); the global plan merges a shared
+// map once; and encode_save_plans copies the bytes of a map shared with the previous plan
+// instead of encoding it again. PlannerData copies a shared map before any change, so a
+// planner that changes one rank's planner_data changes only that rank's.
+
+// The planner_data of the plan encoded last, and its bytes.
+struct LastEncodedPlannerData {
+  const PlannerData* data = nullptr;
+  std::string bytes;
+};
+
+// The planner_data of the plan decoded last, and its bytes in that plan's message.
+struct LastPlannerData {
+  std::string_view bytes;
+  PlannerData data;
+};
+
+std::string encode_save_plan(const SavePlan& plan, LastEncodedPlannerData* last) {
   wire::Writer w;
   w.i64(static_cast<int64_t>(plan.items.size()));
   for (const auto& item : plan.items) {
@@ -109,23 +133,20 @@ std::string encode_save_plan(const SavePlan& plan) {
     }
   }
   w.str(plan.storage_data);
-  w.i64(static_cast<int64_t>(plan.planner_data.size()));
-  for (const auto& [fqn, path] : plan.planner_data) {
-    w.str(fqn);
-    put_path(w, path);
+  if (last != nullptr && last->data != nullptr && plan.planner_data.shares_with(*last->data)) {
+    w.raw(last->bytes);
+  } else {
+    const size_t start = w.size();
+    w.i64(static_cast<int64_t>(plan.planner_data.size()));
+    for (const auto& [fqn, path] : plan.planner_data) {
+      w.str(fqn);
+      put_path(w, path);
+    }
+    if (last != nullptr) *last = {&plan.planner_data, std::string(w.view(start))};
   }
   w.u8(plan.usable);
   return w.take();
 }
-
-namespace {
-
-// The planner_data of the plan decoded last, which the next plan shares when its bytes are the
-// same (PlannerData, Note [Shared planner_data]).
-struct LastPlannerData {
-  std::string_view bytes;  // in the previous plan's message
-  PlannerData data;
-};
 
 SavePlan decode_save_plan(const std::string& bytes, LastPlannerData* last) {
   wire::Reader r(bytes);
@@ -164,15 +185,18 @@ SavePlan decode_save_plan(const std::string& bytes, LastPlannerData* last) {
 
 }  // namespace
 
+std::string encode_save_plan(const SavePlan& plan) { return encode_save_plan(plan, nullptr); }
+
+std::vector<std::string> encode_save_plans(const std::vector<SavePlan>& plans) {
+  std::vector<std::string> out;
+  out.reserve(plans.size());
+  LastEncodedPlannerData last;
+  for (const SavePlan& plan : plans) out.push_back(encode_save_plan(plan, &last));
+  return out;
+}
+
 SavePlan decode_save_plan(const std::string& bytes) { return decode_save_plan(bytes, nullptr); }
 
-// Note [Shared planner_data]: the default planners put every rank's mappings (flat key ->
-// ObjectPath) in its plan, and the ranks of one model have the same ones: at 1024 ranks x
-// 2,000 tensors, 2 million map entries (about 400 MiB, half of the plans' decoding time) that
-// the global plan merges back into 2,000. A plan whose planner_data bytes equal the previous
-// plan's shares that plan's map; PlannerData copies it before any change, so a planner that
-// changes one rank's planner_data changes only that rank's. The comparison is a memcmp of the
-// bytes, about 100 KB per rank here.
 std::vector<SavePlan> decode_save_plans(const std::vector<std::string>& encoded) {
   std::vector<SavePlan> plans;
   plans.reserve(encoded.size());

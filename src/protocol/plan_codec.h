@@ -14,6 +14,9 @@
 namespace dcp::detail {
 
 std::string encode_save_plan(const SavePlan& plan);
+/// Every rank's final plan, as dcp::save's coordinator scatters them: a plan that shares its
+/// planner_data with the previous plan reuses that plan's bytes (Note [Shared planner_data]).
+std::vector<std::string> encode_save_plans(const std::vector<SavePlan>& plans);
 SavePlan decode_save_plan(const std::string& bytes);
 /// Every rank's plan, as dcp::save's coordinator receives them: a plan whose planner_data is
 /// byte for byte the previous plan's shares its map (Note [Shared planner_data]).

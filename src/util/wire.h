@@ -37,6 +37,11 @@ class Writer {
     i64(static_cast<int64_t>(v.size()));
     for (const auto& s : v) str(s);
   }
+  /// Bytes as they are, with no length: what an earlier Writer's view() returned.
+  void raw(std::string_view bytes) { out_.append(bytes); }
+  size_t size() const { return out_.size(); }
+  /// The bytes written since `from`, an earlier size().
+  std::string_view view(size_t from) const { return std::string_view(out_).substr(from); }
   std::string take() { return std::move(out_); }
 
  private:
