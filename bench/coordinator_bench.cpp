@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
   }
   write_whole.stop();
   Step stream;
-  const dcp::detail::WrittenMetadata written =
+  const dcp::detail::MetadataChecksum written =
       dcp::detail::write_metadata_file(dir + "/.metadata", metadata, /*sync=*/false);
   stream.stop();
   const bool same_file = written.size == bytes.size() && written.crc32 == whole_crc;

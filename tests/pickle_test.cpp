@@ -78,6 +78,7 @@ TEST(PickleTest, AStreamingWriterHandsOutTheSameBytesInPieces) {
     w.tuple_from_mark();
   };
   Writer whole;
+  EXPECT_FALSE(whole.streaming());
   fill(whole);
   const std::string expected = whole.finish();
   for (size_t piece_bytes : {size_t{1}, size_t{3}, size_t{16}, size_t{1} << 20}) {
@@ -87,6 +88,7 @@ TEST(PickleTest, AStreamingWriterHandsOutTheSameBytesInPieces) {
       streamed.append(piece);
       pieces.push_back(piece.size());
     }, piece_bytes);
+    EXPECT_TRUE(w.streaming());
     fill(w);
     EXPECT_EQ(w.finish(), "") << piece_bytes;
     EXPECT_EQ(streamed, expected) << piece_bytes;

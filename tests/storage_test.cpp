@@ -474,7 +474,8 @@ TEST(RankLocalMetadataTest, ContradictionsNameTheKeyAndBothFiles) {
 
 // The commit's '.metadata' is encoded straight into its file, in pieces: the file holds the
 // encoder's bytes, the size and CRC-32 reported for the checksum sidecar are those of the
-// file, and a write that fails at any piece throws naming the file and leaves nothing there.
+// file, with the save id the metadata declares, and a write that fails at any piece throws
+// naming the file and leaves nothing there.
 TEST(MetadataFileTest, WriteStreamsTheEncodingAndReportsItsSizeAndCrc) {
   Metadata md;
   TensorStorageMetadata t;
@@ -486,14 +487,17 @@ TEST(MetadataFileTest, WriteStreamsTheEncodingAndReportsItsSizeAndCrc) {
                            StorageInfo{"__0_0.distcp", row * 32, 32, {}});
   }
   md.state_dict_metadata["layers.weight"] = t;
+  md.storage_meta = StorageMeta{};
+  md.storage_meta->save_id = "save-7";
   const std::string expected = detail::encode_metadata(md);
   ASSERT_GT(expected.size(), size_t{3} << 20);  // several 1 MiB pieces
 
   testing::TempDir dir;
   const std::string path = dir.sub(".metadata.tmp");
-  const detail::WrittenMetadata written = detail::write_metadata_file(path, md, /*sync=*/true);
+  const detail::MetadataChecksum written = detail::write_metadata_file(path, md, /*sync=*/true);
   EXPECT_EQ(written.size, expected.size());
   EXPECT_EQ(written.crc32, detail::crc32(expected.data(), expected.size()));
+  EXPECT_EQ(written.save_id, "save-7");
   std::ifstream in(path, std::ios::binary);
   const std::string on_disk((std::istreambuf_iterator<char>(in)), {});
   EXPECT_TRUE(on_disk == expected);

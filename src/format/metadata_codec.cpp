@@ -27,12 +27,17 @@ class Encoder {
   Encoder(pickle::Writer::Sink sink, size_t piece_bytes) : w_(std::move(sink), piece_bytes) {}
 
   std::string encode(const Metadata& md) {
-    // About 110 bytes per storage entry and per chunk; growing past it only costs a regrow.
-    size_t chunks = 0;
-    for (const auto& [fqn, entry] : md.state_dict_metadata) {
-      if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) chunks += t->chunks.size();
+    if (!w_.streaming()) {
+      // About 110 bytes per storage entry and per chunk; growing past it only costs a regrow.
+      // (A streaming writer's pieces have a fixed size: no walk over the chunks to count.)
+      size_t chunks = 0;
+      for (const auto& [fqn, entry] : md.state_dict_metadata) {
+        if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
+          chunks += t->chunks.size();
+        }
+      }
+      w_.reserve(128 * (md.storage_data.size() + chunks) + 4096);
     }
-    w_.reserve(128 * (md.storage_data.size() + chunks) + 4096);
     new_object(metadata_cls_, kMetadataModule, "Metadata");
     w_.empty_dict();
     w_.mark();

@@ -267,6 +267,8 @@ class Writer {
   void reserve(size_t bytes) {
     if (!sink_) out_.reserve(bytes);
   }
+  /// Whether the output goes to a sink in pieces (reserve() is then moot).
+  bool streaming() const { return static_cast<bool>(sink_); }
 
   void none() { op(PickleOpCode::NONE); }
   void boolean(bool v) { op(v ? PickleOpCode::NEWTRUE : PickleOpCode::NEWFALSE); }

@@ -249,15 +249,13 @@ void FileSystemWriter::finish(const Metadata& metadata,
 void FileSystemWriter::commit_metadata(const std::string& tmp_name, const std::string& final_name,
                                        const Metadata& metadata, bool with_checksum) {
   const std::string tmp = detail::join_path(path_, tmp_name);
-  const detail::WrittenMetadata written =
+  const detail::MetadataChecksum written =
       detail::write_metadata_file(tmp, metadata, options_.sync_files);
   try {
-    const std::optional<std::string>& save_id =
-        metadata.storage_meta ? metadata.storage_meta->save_id : std::nullopt;
-    if (with_checksum && save_id) {
+    if (with_checksum && !written.save_id.empty()) {
       replace_file(detail::paths::metadata_checksum_temp_file(),
                    detail::paths::metadata_checksum_file(),
-                   detail::encode_metadata_checksum({written.size, written.crc32, *save_id}));
+                   detail::encode_metadata_checksum(written));
     } else if (with_checksum) {
       detail::remove_file(detail::join_path(path_, detail::paths::metadata_checksum_file()));
     }

@@ -159,11 +159,14 @@ MetadataFile read_metadata_file(const std::string& dir, bool check_checksum) {
   return out;
 }
 
-WrittenMetadata write_metadata_file(const std::string& path, const Metadata& metadata,
-                                    bool sync) {
+MetadataChecksum write_metadata_file(const std::string& path, const Metadata& metadata,
+                                     bool sync) {
   try {
     File file = File::open(path, O_WRONLY | O_CREAT | O_TRUNC);
-    WrittenMetadata written;
+    MetadataChecksum written;
+    if (metadata.storage_meta && metadata.storage_meta->save_id) {
+      written.save_id = *metadata.storage_meta->save_id;
+    }
     // Each piece is checksummed while it is still in cache from the encoder.
     encode_metadata(metadata, [&](std::string_view piece) {
       written.crc32 = crc32(piece.data(), piece.size(), written.crc32);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dcp/metadata.h"
+#include "format/metadata_checksum.h"
 
 namespace dcp::detail {
 
@@ -38,17 +39,13 @@ constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
 /// when the sidecar shows it corrupt (naming both files).
 MetadataFile read_metadata_file(const std::string& dir, bool check_checksum);
 
-/// What write_metadata_file wrote: the numbers of its checksum sidecar.
-struct WrittenMetadata {
-  uint64_t size = 0;   // bytes
-  uint32_t crc32 = 0;  // of those bytes
-};
-
 /// Encodes `metadata` straight into a new file at `path` (created, or truncated), computing
 /// its size and CRC-32 as the bytes go, and fsyncs it when `sync`: the pickle is never whole
-/// in memory. It renames nothing; the caller commits. On failure it removes the file and
-/// rethrows.
-WrittenMetadata write_metadata_file(const std::string& path, const Metadata& metadata, bool sync);
+/// in memory. Returns what its checksum sidecar records: that size and CRC-32, and the save id
+/// of `metadata.storage_meta` (empty without one). It renames nothing; the caller commits. On
+/// failure it removes the file and rethrows.
+MetadataChecksum write_metadata_file(const std::string& path, const Metadata& metadata,
+                                     bool sync);
 
 /// Merges the metadata of a save without collectives, one part per rank (ascending), into the
 /// metadata of the whole checkpoint. Throws naming the key and both files on a contradiction.
