@@ -20,8 +20,9 @@
 // FileSystemReader::read_metadata on it: what every rank runs at the start of a load; the third
 // splits that time into reading the file and the direct decoder's pass (what read_metadata
 // runs), times the object-tree decoder it falls back to (the tree alone, then tree and
-// Metadata), and times the wire message the coordinator broadcasts instead of the pickle; the
-// fourth times read_metadata's work with the object-tree decoder instead of the direct one, in
+// Metadata), times the wire message the coordinator broadcasts instead of the pickle, and
+// measures the floor under them all: the first touch of 1 GiB of fresh memory, in 4 KiB pages
+// and in transparent huge pages, against touching it again; the fourth times read_metadata's work with the object-tree decoder instead of the direct one, in
 // a fresh process (what a file the direct decoder gives up on costs).
 // bench/python_read_metadata.py <dir> times Python DCP's.
 //
@@ -29,6 +30,7 @@
 // fresh memory (page faults) costs more than the work itself, above all on a VM.
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <chrono>
@@ -141,17 +143,28 @@ int read_steps(const std::string& dir) {
   std::printf("  encode_metadata_message: %.3f s (%zu bytes); decode_metadata_message: %.3f s, "
               "+%.0f MiB\n",
               encode.seconds, message.size(), decode.seconds, decode.grew_mib);
-  // The floor under all of it: what the first touch of fresh memory costs on this machine.
+  // The floor under all of it: what the first touch of fresh memory costs on this machine,
+  // against touching the same memory again, and against fresh memory in transparent huge
+  // pages (one fault per 2 MiB instead of per 4 KiB; when the kernel allows them on request).
   constexpr size_t kGiB = size_t{1} << 30;
-  Step touch;
-  {
-    std::unique_ptr<char[]> fresh(new char[kGiB]);
-    std::memset(fresh.get(), 1, kGiB);
-    volatile char sink = fresh[kGiB / 2];
-    (void)sink;
-  }
-  touch.stop();
-  std::printf("  touching 1 GiB of fresh memory (memset): %.3f s\n", touch.seconds);
+  auto touch = [&](bool huge) {
+    void* p = mmap(nullptr, kGiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return std::make_pair(-1.0, -1.0);
+    if (huge) madvise(p, kGiB, MADV_HUGEPAGE);
+    Step first;
+    std::memset(p, 1, kGiB);
+    first.stop();
+    Step again;
+    std::memset(p, 2, kGiB);
+    again.stop();
+    munmap(p, kGiB);
+    return std::make_pair(first.seconds, again.seconds);
+  };
+  const auto small_pages = touch(false);
+  const auto huge_pages = touch(true);
+  std::printf("  touching 1 GiB of fresh memory (memset): %.3f s (again: %.3f s; fresh, "
+              "MADV_HUGEPAGE: %.3f s)\n",
+              small_pages.first, small_pages.second, huge_pages.first);
   return 0;
 }
 
@@ -281,40 +294,55 @@ int main(int argc, char** argv) {
   decode.stop();
   const bool same = back == metadata;
 
-  // The commit's part: '.metadata' on disk with its size and CRC-32 (for the checksum
-  // sidecar). Before: the pickle encoded into memory (the step above), then written and
-  // checksummed whole. Now: encoded straight into the file (detail::write_metadata_file).
-  // Both files are written to the page cache (no fsync) in the same directory, and both stay
-  // until the end, so that neither reuses the other's pages.
+  // The commit's part: '.metadata' on disk, fsynced, with its size and CRC-32 (for the
+  // checksum sidecar), encoded straight into the file (detail::write_metadata_file). Before:
+  // written through the page cache, then fsynced (the flush of 223 MiB of dirty pages). Now,
+  // as FileSystemWriter's commit does by default: through O_DIRECT, the disk writing one 8 MiB
+  // buffer while the encoder fills the next. Both files stay until the end, so that neither
+  // reuses the other's pages; `DCP_BENCH_DIRECT_FIRST=1` times the O_DIRECT one first.
   std::string dir;
   if (argc > 3) {
     dir = argv[3];
+    dcp::detail::create_directories(dir);  // as a save would
   } else {
     char temp[] = "/tmp/coordinator_bench.XXXXXX";
     if (mkdtemp(temp) == nullptr) return 1;
     dir = temp;
   }
-  const std::string from_memory_path = dir + "/.metadata.from_memory";
-  Step write_whole;
-  uint32_t whole_crc = 0;
-  {
-    dcp::detail::File file =
-        dcp::detail::File::open(from_memory_path, O_WRONLY | O_CREAT | O_TRUNC);
-    whole_crc = dcp::detail::crc32(bytes.data(), bytes.size());
-    file.write_all(bytes.data(), bytes.size());
-    file.close();
-  }
-  write_whole.stop();
+  const std::string buffered_path = dir + "/.metadata.buffered";
+  const uint32_t whole_crc = dcp::detail::crc32(bytes.data(), bytes.size());
+  Step buffered;
   Step stream;
-  const dcp::detail::MetadataChecksum written =
-      dcp::detail::write_metadata_file(dir + "/.metadata", metadata, /*sync=*/false);
-  stream.stop();
-  const bool same_file = written.size == bytes.size() && written.crc32 == whole_crc;
+  dcp::detail::MetadataChecksum written_buffered;
+  dcp::detail::MetadataChecksum written;
+  auto write_buffered = [&] {
+    buffered = Step();
+    written_buffered = dcp::detail::write_metadata_file(buffered_path, metadata,
+                                                        {/*sync=*/true, /*direct_io=*/false});
+    buffered.stop();
+  };
+  auto write_direct = [&] {
+    stream = Step();
+    written = dcp::detail::write_metadata_file(dir + "/.metadata", metadata,
+                                               {/*sync=*/true, /*direct_io=*/true});
+    stream.stop();
+  };
+  const char* direct_first = std::getenv("DCP_BENCH_DIRECT_FIRST");
+  if (direct_first != nullptr && std::string(direct_first) == "1") {
+    write_direct();
+    write_buffered();
+  } else {
+    write_buffered();
+    write_direct();
+  }
+  const bool same_file = written.size == bytes.size() && written.crc32 == whole_crc &&
+                         written_buffered.size == bytes.size() &&
+                         written_buffered.crc32 == whole_crc;
   // After the commit, dcp::save broadcasts the committed Metadata to every rank.
   Step message;
   const size_t message_bytes = dcp::detail::encode_metadata_message(metadata).size();
   message.stop();
-  dcp::detail::remove_file(from_memory_path);
+  dcp::detail::remove_file(buffered_path);
   if (argc <= 3) {
     dcp::detail::remove_file(dir + "/.metadata");
     dcp::detail::remove_directory(dir);
@@ -334,15 +362,15 @@ int main(int argc, char** argv) {
   row("decoding the ranks' write results (not in the total):", gather);
   row("storage_data from the write results:", storage);
   row("metadata serialization into memory:", encode);
-  row("  then written to a file with its CRC-32 (before):", write_whole);
-  row("metadata streamed into the file with its CRC-32 (now):", stream);
+  row("'.metadata' streamed, buffered + fsync (before):", buffered);
+  row("'.metadata' streamed, O_DIRECT + fsync (now):", stream);
   row("metadata parsing:", decode);
   row("Metadata broadcast after the commit (not in the total):", message);
   std::printf("  round trip equal: %s; same file size and CRC-32 both ways: %s; .metadata size: "
               "%.1f MiB\n",
               same ? "yes" : "NO", same_file ? "yes" : "NO", bytes.size() / 1048576.0);
-  std::printf("  '.metadata' on disk: %.3f s before (serialization + write), %.3f s now\n",
-              encode.seconds + write_whole.seconds, stream.seconds);
+  std::printf("  '.metadata' on disk, fsynced: %.3f s buffered (before), %.3f s O_DIRECT (now)\n",
+              buffered.seconds, stream.seconds);
   const double rest = storage.seconds + stream.seconds;
   std::printf("  coordinator total (plan decode + plan + storage_data + '.metadata' written): "
               "%.3f s\n",

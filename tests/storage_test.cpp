@@ -472,16 +472,18 @@ TEST(RankLocalMetadataTest, ContradictionsNameTheKeyAndBothFiles) {
   EXPECT_NE(e.find("stores 'w' as bytes but '__0.metadata' as a tensor"), std::string::npos) << e;
 }
 
-// The commit's '.metadata' is encoded straight into its file, in pieces: the file holds the
-// encoder's bytes, the size and CRC-32 reported for the checksum sidecar are those of the
-// file, with the save id the metadata declares, and a write that fails at any piece throws
-// naming the file and leaves nothing there.
+// The commit's '.metadata' is encoded straight into its file, in pieces, buffered or through
+// O_DIRECT (where the file system allows it): the file holds the encoder's bytes, the size and
+// CRC-32 reported for the checksum sidecar are those of the file, with the save id the
+// metadata declares, and a write that fails at any point (the O_DIRECT path's first write runs
+// on its background thread) throws naming the file and leaves nothing there.
 TEST(MetadataFileTest, WriteStreamsTheEncodingAndReportsItsSizeAndCrc) {
   Metadata md;
   TensorStorageMetadata t;
   t.properties.dtype = at::kFloat;
-  t.size = {40000, 8};
-  for (int64_t row = 0; row < 40000; ++row) {
+  constexpr int64_t kRows = 250000;
+  t.size = {kRows, 8};
+  for (int64_t row = 0; row < kRows; ++row) {
     t.chunks.push_back(ChunkStorageMetadata{{row, 0}, {1, 8}});
     md.storage_data.append(MetadataIndex("layers.weight", std::vector<int64_t>{row, 0}),
                            StorageInfo{"__0_0.distcp", row * 32, 32, {}});
@@ -490,18 +492,16 @@ TEST(MetadataFileTest, WriteStreamsTheEncodingAndReportsItsSizeAndCrc) {
   md.storage_meta = StorageMeta{};
   md.storage_meta->save_id = "save-7";
   const std::string expected = detail::encode_metadata(md);
-  ASSERT_GT(expected.size(), size_t{3} << 20);  // several 1 MiB pieces
+  // Several 1 MiB pieces, and more than two O_DIRECT staging buffers.
+  ASSERT_GT(expected.size(), 2 * detail::DirectFileOutput::kBufferSize);
 
-  testing::TempDir dir;
-  const std::string path = dir.sub(".metadata.tmp");
-  const detail::MetadataChecksum written = detail::write_metadata_file(path, md, /*sync=*/true);
-  EXPECT_EQ(written.size, expected.size());
-  EXPECT_EQ(written.crc32, detail::crc32(expected.data(), expected.size()));
-  EXPECT_EQ(written.save_id, "save-7");
-  std::ifstream in(path, std::ios::binary);
-  const std::string on_disk((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_TRUE(on_disk == expected);
-
+  struct CountWrites : detail::FaultInjector {
+    int before(detail::FileOp op, const std::string&) override {
+      if (op == detail::FileOp::kWrite) ++writes;
+      return 0;
+    }
+    std::atomic<int> writes{0};
+  };
   struct FailNthWrite : detail::FaultInjector {
     explicit FailNthWrite(int n) : left(n) {}
     int before(detail::FileOp op, const std::string&) override {
@@ -509,21 +509,38 @@ TEST(MetadataFileTest, WriteStreamsTheEncodingAndReportsItsSizeAndCrc) {
     }
     std::atomic<int> left;
   };
-  for (int failing : {1, 2, 4}) {
-    SCOPED_TRACE(failing);
-    const std::string failed = dir.sub("failed" + std::to_string(failing));
-    FailNthWrite injector(failing);
-    detail::FaultInjector* previous = detail::set_fault_injector(&injector);
-    std::string error;
-    try {
-      detail::write_metadata_file(failed, md, /*sync=*/false);
-    } catch (const c10::Error& e) {
-      error = e.what_without_backtrace();
-    }
+  testing::TempDir dir;
+  for (bool direct : {true, false}) {
+    SCOPED_TRACE(direct ? "O_DIRECT" : "buffered");
+    const detail::MetadataWriteOptions options{/*sync=*/true, /*direct_io=*/direct};
+    const std::string path = dir.sub(direct ? "direct.tmp" : "buffered.tmp");
+    CountWrites counter;
+    detail::FaultInjector* previous = detail::set_fault_injector(&counter);
+    const detail::MetadataChecksum written = detail::write_metadata_file(path, md, options);
     detail::set_fault_injector(previous);
-    EXPECT_NE(error.find(failed), std::string::npos) << error;
-    EXPECT_NE(error.find(std::strerror(ENOSPC)), std::string::npos) << error;
-    EXPECT_FALSE(std::filesystem::exists(failed));
+    EXPECT_EQ(written.size, expected.size());
+    EXPECT_EQ(written.crc32, detail::crc32(expected.data(), expected.size()));
+    EXPECT_EQ(written.save_id, "save-7");
+    EXPECT_TRUE(detail::read_file(path) == expected);
+    const int writes = counter.writes;
+    ASSERT_GE(writes, 3);  // 8 MiB buffers, or 1 MiB pieces
+
+    for (int failing : {1, 2, writes}) {
+      SCOPED_TRACE(failing);
+      const std::string failed = dir.sub("failed" + std::to_string(failing));
+      FailNthWrite injector(failing);
+      previous = detail::set_fault_injector(&injector);
+      std::string error;
+      try {
+        detail::write_metadata_file(failed, md, options);
+      } catch (const c10::Error& e) {
+        error = e.what_without_backtrace();
+      }
+      detail::set_fault_injector(previous);
+      EXPECT_NE(error.find(failed), std::string::npos) << error;
+      EXPECT_NE(error.find(std::strerror(ENOSPC)), std::string::npos) << error;
+      EXPECT_FALSE(std::filesystem::exists(failed));
+    }
   }
 }
 

@@ -43,10 +43,10 @@ struct FileSystemWriterOptions {
   bool sync_files = true;
   /// IO threads per rank; items are spread over them as Python does.
   int thread_count = 1;
-  /// Write data files with O_DIRECT, through an 8 MiB aligned staging buffer per file: the
-  /// bytes bypass the page cache (faster on disks that outrun buffered writeback, and no
-  /// cache pollution). Where the file system refuses O_DIRECT, writes are buffered, as with
-  /// false.
+  /// Write data files and '.metadata' with O_DIRECT, through an 8 MiB aligned staging buffer
+  /// per file (two, so that the disk writes one while the other fills): the bytes bypass the
+  /// page cache (faster on disks that outrun buffered writeback, and no cache pollution).
+  /// Where the file system refuses O_DIRECT, writes are buffered, as with false.
   bool direct_io = true;
   /// Allow saving into a directory that already holds a checkpoint. The old checkpoint stays
   /// loadable until the new one commits (the new data files get names unique to the save);

@@ -1,4 +1,5 @@
-// Output streams over one data file, for FileSystemWriter's records.
+// Output streams over one data file, for FileSystemWriter's records (and the commit's
+// '.metadata', storage/metadata_file.cpp).
 //
 // BufferedFileOutput: small writes (zip headers) gather in a 1 MiB buffer; large ones (tensor
 // bytes) go to write(2) straight from the caller's memory, through the page cache.

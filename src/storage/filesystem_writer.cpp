@@ -8,7 +8,8 @@
 //      without a checkpoint, "__{rank}_{token}_" (unique to this save) where one exists.
 //   3. write_data (every rank): write '{prefix}{k}.distcp' under final names, fsync each; a
 //      rank that fails removes the files it was writing.
-//   4. finish (coordinator): write '.metadata.tmp' (streamed from the encoder), fsync; write
+//   4. finish (coordinator): write '.metadata.tmp' (streamed from the encoder, with
+//      direct_io through DirectFileOutput as the data files are), fsync; write
 //      '.metadata.checksum.tmp', fsync, rename to '.metadata.checksum' (Note [Metadata
 //      checksum]); rename '.metadata.tmp' to '.metadata', fsync the directory. Until this
 //      rename the new checkpoint does not exist and the old one, if any, is intact. Then
@@ -250,7 +251,7 @@ void FileSystemWriter::commit_metadata(const std::string& tmp_name, const std::s
                                        const Metadata& metadata, bool with_checksum) {
   const std::string tmp = detail::join_path(path_, tmp_name);
   const detail::MetadataChecksum written =
-      detail::write_metadata_file(tmp, metadata, options_.sync_files);
+      detail::write_metadata_file(tmp, metadata, {options_.sync_files, options_.direct_io});
   try {
     if (with_checksum && !written.save_id.empty()) {
       replace_file(detail::paths::metadata_checksum_temp_file(),

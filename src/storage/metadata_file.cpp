@@ -6,6 +6,7 @@
 #include <fcntl.h>
 
 #include <map>
+#include <optional>
 #include <string_view>
 
 #include "format/arena.h"
@@ -13,6 +14,7 @@
 #include "format/metadata_codec.h"
 #include "io/file.h"
 #include "storage_data.h"
+#include "storage/file_output.h"
 #include "storage/paths.h"
 #include "util/crc32.h"
 
@@ -160,21 +162,36 @@ MetadataFile read_metadata_file(const std::string& dir, bool check_checksum) {
 }
 
 MetadataChecksum write_metadata_file(const std::string& path, const Metadata& metadata,
-                                     bool sync) {
+                                     const MetadataWriteOptions& options) {
   try {
-    File file = File::open(path, O_WRONLY | O_CREAT | O_TRUNC);
+    constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC;
     MetadataChecksum written;
     if (metadata.storage_meta && metadata.storage_meta->save_id) {
       written.save_id = *metadata.storage_meta->save_id;
     }
     // Each piece is checksummed while it is still in cache from the encoder.
-    encode_metadata(metadata, [&](std::string_view piece) {
+    auto checksum = [&](std::string_view piece) {
       written.crc32 = crc32(piece.data(), piece.size(), written.crc32);
       written.size += piece.size();
-      file.write_all(piece.data(), piece.size());
-    });
-    if (sync) file.sync();
-    file.close();
+    };
+    std::optional<File> file;
+    if (options.direct_io) file = File::open_direct(path, kFlags);
+    if (file) {
+      DirectFileOutput out(*file);
+      encode_metadata(metadata, [&](std::string_view piece) {
+        checksum(piece);
+        out.write(piece.data(), piece.size());
+      });
+      out.finish();
+    } else {
+      file = File::open(path, kFlags);
+      encode_metadata(metadata, [&](std::string_view piece) {
+        checksum(piece);
+        file->write_all(piece.data(), piece.size());
+      });
+    }
+    if (options.sync) file->sync();
+    file->close();
     return written;
   } catch (...) {
     remove_file_quietly(path);  // the write's own error is the one to report

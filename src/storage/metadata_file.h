@@ -39,13 +39,21 @@ constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
 /// when the sidecar shows it corrupt (naming both files).
 MetadataFile read_metadata_file(const std::string& dir, bool check_checksum);
 
+struct MetadataWriteOptions {
+  bool sync = true;  // fsync the file before returning
+  /// Write through DirectFileOutput (O_DIRECT, double-buffered: the disk writes one 8 MiB
+  /// buffer while the encoder fills the next), as FileSystemWriterOptions::direct_io does for
+  /// data files; buffered where the file system refuses O_DIRECT.
+  bool direct_io = false;
+};
+
 /// Encodes `metadata` straight into a new file at `path` (created, or truncated), computing
-/// its size and CRC-32 as the bytes go, and fsyncs it when `sync`: the pickle is never whole
-/// in memory. Returns what its checksum sidecar records: that size and CRC-32, and the save id
-/// of `metadata.storage_meta` (empty without one). It renames nothing; the caller commits. On
-/// failure it removes the file and rethrows.
+/// its size and CRC-32 as the bytes go: the pickle is never whole in memory. Returns what its
+/// checksum sidecar records: that size and CRC-32, and the save id of `metadata.storage_meta`
+/// (empty without one). It renames nothing; the caller commits. On failure it removes the
+/// file and rethrows.
 MetadataChecksum write_metadata_file(const std::string& path, const Metadata& metadata,
-                                     bool sync);
+                                     const MetadataWriteOptions& options);
 
 /// Merges the metadata of a save without collectives, one part per rank (ascending), into the
 /// metadata of the whole checkpoint. Throws naming the key and both files on a contradiction.
