@@ -169,27 +169,19 @@ MetadataChecksum write_metadata_file(const std::string& path, const Metadata& me
     if (metadata.storage_meta && metadata.storage_meta->save_id) {
       written.save_id = *metadata.storage_meta->save_id;
     }
-    // Each piece is checksummed while it is still in cache from the encoder.
-    auto checksum = [&](std::string_view piece) {
-      written.crc32 = crc32(piece.data(), piece.size(), written.crc32);
-      written.size += piece.size();
-    };
     std::optional<File> file;
     if (options.direct_io) file = File::open_direct(path, kFlags);
-    if (file) {
-      DirectFileOutput out(*file);
-      encode_metadata(metadata, [&](std::string_view piece) {
-        checksum(piece);
-        out.write(piece.data(), piece.size());
-      });
-      out.finish();
-    } else {
-      file = File::open(path, kFlags);
-      encode_metadata(metadata, [&](std::string_view piece) {
-        checksum(piece);
-        file->write_all(piece.data(), piece.size());
-      });
-    }
+    std::optional<DirectFileOutput> direct;  // destroyed first: waits for a write in flight
+    if (file) direct.emplace(*file);
+    else file = File::open(path, kFlags);
+    encode_metadata(metadata, [&](std::string_view piece) {
+      // Checksummed while the piece is still in cache from the encoder.
+      written.crc32 = crc32(piece.data(), piece.size(), written.crc32);
+      written.size += piece.size();
+      if (direct) direct->write(piece.data(), piece.size());
+      else file->write_all(piece.data(), piece.size());
+    });
+    if (direct) direct->finish();
     if (options.sync) file->sync();
     file->close();
     return written;
