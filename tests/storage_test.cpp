@@ -358,17 +358,21 @@ TEST(FileOutputTest, DirectAndBufferedStreamsWriteExactlyTheBytesGiven) {
   }
 }
 
+// Counts file writes (from any thread); the write numbered `fail_at` (from 1) fails with
+// ENOSPC, none with 0.
+struct FailNthWrite : detail::FaultInjector {
+  explicit FailNthWrite(int fail_at) : fail_at(fail_at) {}
+  int before(detail::FileOp op, const std::string&) override {
+    return op == detail::FileOp::kWrite && ++writes == fail_at ? ENOSPC : 0;
+  }
+  const int fail_at;
+  std::atomic<int> writes{0};
+};
+
 // Note [Double buffering]: a full buffer is written in the background while the next fills. A
 // write that fails there (ENOSPC on the second buffer) is reported by a later write() or by
 // finish(), never lost; and a stream destroyed with a write in flight waits for it.
 TEST(FileOutputTest, ABackgroundWriteFailureIsReportedAndNothingRunsAfterTheStream) {
-  struct FailNthWrite : detail::FaultInjector {
-    explicit FailNthWrite(int n) : left(n) {}
-    int before(detail::FileOp op, const std::string&) override {
-      return op == detail::FileOp::kWrite && --left == 0 ? ENOSPC : 0;
-    }
-    std::atomic<int> left;
-  };
   testing::TempDir dir;
   const size_t buffer = detail::DirectFileOutput::kBufferSize;
   const std::string bytes(3 * buffer + 100, 'x');
@@ -495,26 +499,12 @@ TEST(MetadataFileTest, WriteStreamsTheEncodingAndReportsItsSizeAndCrc) {
   // Several 1 MiB pieces, and more than two O_DIRECT staging buffers.
   ASSERT_GT(expected.size(), 2 * detail::DirectFileOutput::kBufferSize);
 
-  struct CountWrites : detail::FaultInjector {
-    int before(detail::FileOp op, const std::string&) override {
-      if (op == detail::FileOp::kWrite) ++writes;
-      return 0;
-    }
-    std::atomic<int> writes{0};
-  };
-  struct FailNthWrite : detail::FaultInjector {
-    explicit FailNthWrite(int n) : left(n) {}
-    int before(detail::FileOp op, const std::string&) override {
-      return op == detail::FileOp::kWrite && --left == 0 ? ENOSPC : 0;
-    }
-    std::atomic<int> left;
-  };
   testing::TempDir dir;
   for (bool direct : {true, false}) {
     SCOPED_TRACE(direct ? "O_DIRECT" : "buffered");
     const detail::MetadataWriteOptions options{/*sync=*/true, /*direct_io=*/direct};
     const std::string path = dir.sub(direct ? "direct.tmp" : "buffered.tmp");
-    CountWrites counter;
+    FailNthWrite counter(/*fail_at=*/0);
     detail::FaultInjector* previous = detail::set_fault_injector(&counter);
     const detail::MetadataChecksum written = detail::write_metadata_file(path, md, options);
     detail::set_fault_injector(previous);
