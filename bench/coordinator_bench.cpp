@@ -5,10 +5,10 @@
 // '.metadata' size. It also times the decoding of the ranks' plans (what dcp::save's
 // coordinator receives) and enable_plan_caching: the first save, and a repeated one in which no
 // rank's plan changed (every rank sends an empty "unchanged" plan). It times writing the
-// '.metadata' file as the commit does, streamed from the encoder, against the pickle encoded
-// into memory first and then written; and the coordinator's other steps in dcp::save, outside
-// the total: encoding the final plans, decoding the write results, and encoding the
-// committed Metadata for its broadcast.
+// '.metadata' file as the commit does, streamed from the encoder through O_DIRECT and fsynced,
+// against the same through the page cache; and the coordinator's other steps in dcp::save,
+// outside the total: encoding the final plans, decoding the write results, and
+// encoding the committed Metadata for its broadcast.
 //
 //   coordinator_bench [ranks=1024] [tensors=2000] [dir]
 //   coordinator_bench read <dir>
@@ -22,13 +22,13 @@
 // runs), times the object-tree decoder it falls back to (the tree alone, then tree and
 // Metadata), times the wire message the coordinator broadcasts instead of the pickle, and
 // measures the floor under them all: the first touch of 1 GiB of fresh memory, in 4 KiB pages
-// and in transparent huge pages, against touching it again; the fourth times read_metadata's work with the object-tree decoder instead of the direct one, in
-// a fresh process (what a file the direct decoder gives up on costs).
+// and in transparent huge pages, against touching it again; the fourth times read_metadata's
+// work with the object-tree decoder instead of the direct one, in a fresh process (what a
+// file the direct decoder gives up on costs).
 // bench/python_read_metadata.py <dir> times Python DCP's.
 //
 // Each step also reports how much it grew the peak resident memory: at this scale, touching
 // fresh memory (page faults) costs more than the work itself, above all on a VM.
-#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -36,7 +36,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -221,7 +220,6 @@ int main(int argc, char** argv) {
   Step plan;
   auto [final_plans, metadata] = planner.create_global_plan(std::move(decoded));
   plan.stop();
-  Step gather;  // set below
   // The final plans go back to the ranks (dcp::save's scatter).
   Step scatter;
   const size_t scattered_bytes = [&] {
@@ -249,38 +247,32 @@ int main(int argc, char** argv) {
   const bool cache_hit = caching.plan_cache_stats().global_plan_hits == 1 &&
                          cached_metadata == metadata;
 
-  // What the writers' results add: one storage entry per item, as dcp::save's coordinator
-  // receives them (each rank's encoded results, decoded; timed, then dropped), then collects
-  // them.
-  {
-    std::vector<std::string> encoded_results;
-    for (int r = 0; r < ranks; ++r) {
-      std::vector<dcp::WriteResult> mine;
-      int64_t offset = 0;
-      const std::string file = "__" + std::to_string(r) + "_0.distcp";
-      for (const auto& item : final_plans[r].items) {
-        mine.push_back({item.index, item.tensor_storage_size(), {file, offset, 4096, {}}});
-        offset += 4096;
-      }
-      encoded_results.push_back(dcp::detail::encode_write_results(mine));
-    }
-    std::vector<std::vector<dcp::WriteResult>> all_results;
-    Step step;
-    for (const auto& e : encoded_results) {
-      all_results.push_back(dcp::detail::decode_write_results(e));
-    }
-    step.stop();
-    gather = step;
-  }
-  std::vector<std::pair<dcp::MetadataIndex, dcp::StorageInfo>> results;
+  // What the writers' results add: one storage entry per item. Each rank's results are
+  // encoded as its write step sends them; the coordinator decodes them (timed) and collects
+  // the entries, as dcp::save does.
+  std::vector<std::string> encoded_results;
   for (int r = 0; r < ranks; ++r) {
+    std::vector<dcp::WriteResult> mine;
     int64_t offset = 0;
     const std::string file = "__" + std::to_string(r) + "_0.distcp";
     for (const auto& item : final_plans[r].items) {
-      results.emplace_back(item.index, dcp::StorageInfo{file, offset, 4096, {}});
+      mine.push_back({item.index, item.tensor_storage_size(), {file, offset, 4096, {}}});
       offset += 4096;
     }
+    encoded_results.push_back(dcp::detail::encode_write_results(mine));
   }
+  std::vector<std::vector<dcp::WriteResult>> all_results;
+  Step gather;
+  for (const auto& e : encoded_results) {
+    all_results.push_back(dcp::detail::decode_write_results(e));
+  }
+  gather.stop();
+  encoded_results = {};
+  std::vector<std::pair<dcp::MetadataIndex, dcp::StorageInfo>> results;
+  for (const auto& rank_results : all_results) {
+    for (const auto& r : rank_results) results.emplace_back(r.index, r.storage_data);
+  }
+  all_results = {};  // as before the storage step: only the entries are live
   Step storage;
   metadata.storage_data = dcp::detail::make_storage_data(std::move(results));
   metadata.version = dcp::kDcpVersion;
@@ -313,31 +305,23 @@ int main(int argc, char** argv) {
   const uint32_t whole_crc = dcp::detail::crc32(bytes.data(), bytes.size());
   Step buffered;
   Step stream;
-  dcp::detail::MetadataChecksum written_buffered;
-  dcp::detail::MetadataChecksum written;
-  auto write_buffered = [&] {
-    buffered = Step();
-    written_buffered = dcp::detail::write_metadata_file(buffered_path, metadata,
-                                                        {/*sync=*/true, /*direct_io=*/false});
-    buffered.stop();
-  };
-  auto write_direct = [&] {
-    stream = Step();
-    written = dcp::detail::write_metadata_file(dir + "/.metadata", metadata,
-                                               {/*sync=*/true, /*direct_io=*/true});
-    stream.stop();
+  // Writes the file, fsynced; true when it holds the encoded bytes (same size and CRC-32).
+  auto write = [&](const std::string& path, bool direct_io, Step& step) {
+    step = Step();
+    const dcp::detail::MetadataChecksum written =
+        dcp::detail::write_metadata_file(path, metadata, {/*sync=*/true, direct_io});
+    step.stop();
+    return written.size == bytes.size() && written.crc32 == whole_crc;
   };
   const char* direct_first = std::getenv("DCP_BENCH_DIRECT_FIRST");
+  bool same_file = true;
   if (direct_first != nullptr && std::string(direct_first) == "1") {
-    write_direct();
-    write_buffered();
+    same_file &= write(dir + "/.metadata", /*direct_io=*/true, stream);
+    same_file &= write(buffered_path, /*direct_io=*/false, buffered);
   } else {
-    write_buffered();
-    write_direct();
+    same_file &= write(buffered_path, /*direct_io=*/false, buffered);
+    same_file &= write(dir + "/.metadata", /*direct_io=*/true, stream);
   }
-  const bool same_file = written.size == bytes.size() && written.crc32 == whole_crc &&
-                         written_buffered.size == bytes.size() &&
-                         written_buffered.crc32 == whole_crc;
   // After the commit, dcp::save broadcasts the committed Metadata to every rank.
   Step message;
   const size_t message_bytes = dcp::detail::encode_metadata_message(metadata).size();
