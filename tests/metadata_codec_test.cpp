@@ -12,6 +12,7 @@
 
 #include "format/metadata_codec.h"
 #include "format/pickle.h"
+#include "planner/planner_helpers.h"
 #include "protocol/plan_codec.h"
 
 namespace dcp::detail {
@@ -539,6 +540,84 @@ TEST(MetadataDirectDecoderTest, ChargesMemoSharedValuesAsTheTreeDecoderDoes) {
     ADD_FAILURE() << "accepted";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("expands to more than"), std::string::npos) << e.what();
+  }
+}
+
+
+// The messages ranks exchange during a save or load (protocol/plan_codec.h), decoded field by
+// field into the objects they build: every field of every kind of item comes back (a decoded
+// object encodes to the same bytes, and the fields are checked), including dimensions that
+// spill to the heap; and a message cut anywhere raises instead of reading past its end.
+TEST(PlanCodecTest, EveryMessageRoundTripsEveryFieldAndRejectsEveryTruncation) {
+  TensorProperties props;
+  props.dtype = c10::ScalarType::BFloat16;
+  props.requires_grad = true;
+  props.memory_format = MemFormatEncoding::TORCH_CHANNELS_LAST;
+  SavePlan plan;
+  plan.items.resize(3);
+  plan.items[0].index = MetadataIndex("step");
+  plan.items[1].type = WriteItemType::SHARD;
+  plan.items[1].index = MetadataIndex("layers.0.weight", Dims{2, 0}, 7);
+  plan.items[1].tensor_data = TensorWriteData{{{2, 0}, {2, 3}}, props, {4, 3}};
+  plan.items[2].type = WriteItemType::TENSOR;
+  const Dims five{1, 2, 3, 4, 5};  // more dimensions than Dims holds inline
+  plan.items[2].index = MetadataIndex("conv3d.weight", Dims(5, 0));
+  plan.items[2].tensor_data = TensorWriteData{{Dims(5, 0), five}, TensorProperties{}, five};
+  plan.storage_data = "__3_";
+  plan.planner_data = PlannerData::Map{{"step", ObjectPath{Key("step")}},
+                                       {"layers.0.weight", ObjectPath{Key("layers"), Key(0)}}};
+  plan.usable = false;
+  const std::string plan_bytes = encode_save_plan(plan);
+  const SavePlan back = decode_save_plan(plan_bytes);
+  EXPECT_TRUE(compare_save_plans(back, plan));
+  EXPECT_EQ(back.items[1].index.index, std::optional<int64_t>(7));
+  EXPECT_EQ(back.items[2].tensor_data->chunk.sizes, five);
+  EXPECT_FALSE(back.items[0].tensor_data.has_value());
+  EXPECT_EQ(encode_save_plan(back), plan_bytes);
+
+  std::vector<WriteResult> results(2);
+  results[0] = {plan.items[0].index, 8, {"__3_0.distcp", 0, 8, {}}};
+  results[1] = {plan.items[1].index, 12, {"__3_0.distcp", 8, 20, {"zstd", "crc32"}}};
+  const std::string result_bytes = encode_write_results(results);
+  const std::vector<WriteResult> results_back = decode_write_results(result_bytes);
+  ASSERT_EQ(results_back.size(), 2u);
+  EXPECT_EQ(results_back[1].index, results[1].index);
+  EXPECT_EQ(results_back[1].index.index, std::optional<int64_t>(7));
+  EXPECT_EQ(results_back[1].size_in_bytes, 12);
+  EXPECT_EQ(results_back[1].storage_data, results[1].storage_data);
+  EXPECT_EQ(encode_write_results(results_back), result_bytes);
+
+  LoadPlan load;
+  ReadItem read;
+  read.dest_index = MetadataIndex("conv3d.weight", Dims(5, 0));
+  read.dest_offsets = Dims{0, 0, 0, 0, 1};
+  read.storage_index = MetadataIndex("conv3d.weight", Dims(5, 0), 0);
+  read.storage_offsets = Dims{0, 0, 0, 0, 2};
+  read.lengths = Dims{1, 2, 3, 4, 3};
+  load.items = {read};
+  load.items.push_back(ReadItem{LoadItemType::BYTE_IO, MetadataIndex("step"), {},
+                                MetadataIndex("step"), {}, {}});
+  load.storage_data = "reader";
+  const std::vector<SharedRead> shared{{1, 48, c10::ScalarType::Half, read}};
+  const std::string load_bytes = encode_load_plan(load, shared);
+  const auto [load_back, shared_back] = decode_load_plan_with_shared(load_bytes);
+  ASSERT_EQ(load_back.items.size(), 2u);
+  EXPECT_EQ(load_back.items[0].lengths, read.lengths);
+  EXPECT_EQ(load_back.items[0].storage_index.index, std::optional<int64_t>(0));
+  EXPECT_EQ(load_back.items[1].type, LoadItemType::BYTE_IO);
+  ASSERT_EQ(shared_back.size(), 1u);
+  EXPECT_EQ(shared_back[0].dtype, c10::ScalarType::Half);
+  EXPECT_EQ(encode_load_plan(load_back, shared_back), load_bytes);
+  EXPECT_EQ(encode_load_plan(decode_load_plan(encode_load_plan(load))), encode_load_plan(load));
+
+  for (size_t n = 0; n < plan_bytes.size(); ++n) {
+    EXPECT_THROW(decode_save_plan(plan_bytes.substr(0, n)), c10::Error) << n;
+  }
+  for (size_t n = 0; n < result_bytes.size(); ++n) {
+    EXPECT_THROW(decode_write_results(result_bytes.substr(0, n)), c10::Error) << n;
+  }
+  for (size_t n = 0; n < load_bytes.size(); ++n) {
+    EXPECT_THROW(decode_load_plan_with_shared(load_bytes.substr(0, n)), c10::Error) << n;
   }
 }
 

@@ -17,11 +17,15 @@ void put_index(wire::Writer& w, const MetadataIndex& index) {
   if (index.index) w.i64(*index.index);
 }
 
+void get_index(wire::Reader& r, MetadataIndex& index) {
+  r.str_into(index.fqn);
+  if (r.u8()) r.ints_into(index.offset.emplace());
+  if (r.u8()) index.index = r.i64();
+}
+
 MetadataIndex get_index(wire::Reader& r) {
   MetadataIndex index;
-  index.fqn = r.str();
-  if (r.u8()) index.offset = r.ints();
-  if (r.u8()) index.index = r.i64();
+  get_index(r, index);
   return index;
 }
 
@@ -55,14 +59,12 @@ void put_properties(wire::Writer& w, const TensorProperties& p) {
   w.u8(p.pin_memory);
 }
 
-TensorProperties get_properties(wire::Reader& r) {
-  TensorProperties p;
+void get_properties(wire::Reader& r, TensorProperties& p) {
   p.dtype = static_cast<c10::ScalarType>(r.i64());
   p.layout = static_cast<c10::Layout>(r.i64());
   p.requires_grad = r.u8();
   p.memory_format = static_cast<MemFormatEncoding>(r.i64());
   p.pin_memory = r.u8();
-  return p;
 }
 
 void put_storage_info(wire::Writer& w, const StorageInfo& info) {
@@ -72,12 +74,16 @@ void put_storage_info(wire::Writer& w, const StorageInfo& info) {
   w.strs(info.transform_descriptors);
 }
 
-StorageInfo get_storage_info(wire::Reader& r) {
-  StorageInfo info;
-  info.relative_path = r.str();
+void get_storage_info(wire::Reader& r, StorageInfo& info) {
+  r.str_into(info.relative_path);
   info.offset = r.i64();
   info.length = r.i64();
   info.transform_descriptors = r.strs();
+}
+
+StorageInfo get_storage_info(wire::Reader& r) {
+  StorageInfo info;
+  get_storage_info(r, info);
   return info;
 }
 
@@ -151,17 +157,18 @@ std::string encode_save_plan(const SavePlan& plan, LastEncodedPlannerData* last)
 SavePlan decode_save_plan(const std::string& bytes, LastPlannerData* last) {
   wire::Reader r(bytes);
   SavePlan plan;
-  plan.items.resize(r.count());
-  for (auto& item : plan.items) {
-    item.index = get_index(r);
+  const size_t items = r.count();
+  plan.items.reserve(items);
+  for (size_t i = 0; i < items; ++i) {  // each item built in place
+    WriteItem& item = plan.items.emplace_back();
+    get_index(r, item.index);
     item.type = static_cast<WriteItemType>(r.u8());
     if (r.u8()) {
-      TensorWriteData t;
-      t.chunk.offsets = r.ints();
-      t.chunk.sizes = r.ints();
-      t.properties = get_properties(r);
-      t.size = r.ints();
-      item.tensor_data = std::move(t);
+      TensorWriteData& t = item.tensor_data.emplace();
+      r.ints_into(t.chunk.offsets);
+      r.ints_into(t.chunk.sizes);
+      get_properties(r, t.properties);
+      r.ints_into(t.size);
     }
   }
   plan.storage_data = r.str();
@@ -216,17 +223,15 @@ void put_read_item(wire::Writer& w, const ReadItem& item) {
   w.ints(item.lengths);
 }
 
-ReadItem get_read_item(wire::Reader& r) {
-  ReadItem item;
+void get_read_item(wire::Reader& r, ReadItem& item) {
   const uint8_t type = r.u8();
   TORCH_CHECK(type <= static_cast<uint8_t>(LoadItemType::BYTE_IO), "wire: read item type ", int(type));
   item.type = static_cast<LoadItemType>(type);
-  item.dest_index = get_index(r);
-  item.dest_offsets = r.ints();
-  item.storage_index = get_index(r);
-  item.storage_offsets = r.ints();
-  item.lengths = r.ints();
-  return item;
+  get_index(r, item.dest_index);
+  r.ints_into(item.dest_offsets);
+  get_index(r, item.storage_index);
+  r.ints_into(item.storage_offsets);
+  r.ints_into(item.lengths);
 }
 
 void put_load_plan(wire::Writer& w, const LoadPlan& plan) {
@@ -237,8 +242,9 @@ void put_load_plan(wire::Writer& w, const LoadPlan& plan) {
 
 LoadPlan get_load_plan(wire::Reader& r) {
   LoadPlan plan;
-  plan.items.resize(r.count());
-  for (auto& item : plan.items) item = get_read_item(r);
+  const size_t items = r.count();
+  plan.items.reserve(items);
+  for (size_t i = 0; i < items; ++i) get_read_item(r, plan.items.emplace_back());
   plan.storage_data = r.str();
   return plan;
 }
@@ -279,7 +285,7 @@ std::pair<LoadPlan, std::vector<SharedRead>> decode_load_plan_with_shared(const 
     s.root = static_cast<int>(r.i64());
     s.nbytes = r.i64();
     s.dtype = static_cast<c10::ScalarType>(r.i64());
-    s.item = get_read_item(r);
+    get_read_item(r, s.item);
   }
   TORCH_CHECK(r.done(), "wire: trailing bytes after a LoadPlan");
   return {std::move(plan), std::move(shared)};
@@ -298,11 +304,14 @@ std::string encode_write_results(const std::vector<WriteResult>& results) {
 
 std::vector<WriteResult> decode_write_results(const std::string& bytes) {
   wire::Reader r(bytes);
-  std::vector<WriteResult> results(r.count());
-  for (auto& res : results) {
-    res.index = get_index(r);
+  std::vector<WriteResult> results;
+  const size_t n = r.count();
+  results.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    WriteResult& res = results.emplace_back();
+    get_index(r, res.index);
     res.size_in_bytes = r.i64();
-    res.storage_data = get_storage_info(r);
+    get_storage_info(r, res.storage_data);
   }
   TORCH_CHECK(r.done(), "wire: trailing bytes after write results");
   return results;
@@ -361,12 +370,12 @@ Metadata decode_metadata_message(const std::string& bytes) {
       continue;
     }
     TensorStorageMetadata tensor;
-    tensor.properties = get_properties(r);
-    tensor.size = r.ints();
+    get_properties(r, tensor.properties);
+    r.ints_into(tensor.size);
     tensor.chunks.resize(r.count());
     for (auto& chunk : tensor.chunks) {
-      chunk.offsets = r.ints();
-      chunk.sizes = r.ints();
+      r.ints_into(chunk.offsets);
+      r.ints_into(chunk.sizes);
     }
     metadata.state_dict_metadata.try_emplace(std::move(fqn), std::move(tensor));
   }
