@@ -1,6 +1,7 @@
 // The multi-rank protocol, with N threads as N ranks (InProcessCommunicator): resharding
 // between world sizes and layouts, de-duplication of replicated items, the edge cases of the
-// protocol, failure propagation and the shared-directory check.
+// protocol, failure propagation (and DistWrapper, which carries it) and the shared-directory
+// check.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <set>
 
 #include "dcp/dcp.h"
+#include "protocol/dist_wrapper.h"
 #include "testing/sharded_state.h"
 #include "testing/test_util.h"
 
@@ -49,6 +51,81 @@ TEST(InProcessCommunicatorTest, CollectivesDeliverWhatTheyPromise) {
     TORCH_CHECK(comm.all_gather(me).at(3) == "r3");
     comm.barrier();
   });
+}
+
+// DistWrapper carries each step's outcome with its status in a trailing byte (so a payload is
+// wrapped and unwrapped without a copy): payloads of any bytes, the empty one and ones that end
+// in the status bytes included, arrive whole, and so do broadcasts sent in one message or, when
+// large, in two; an error keeps its type on every rank and names the ranks it came from.
+TEST(DistWrapperTest, PayloadsArriveWholeAndErrorsKeepTheirTypeOnEveryRank) {
+  constexpr int kWorld = 3;
+  auto payload_of = [](int rank) {
+    const std::string ends[] = {"", std::string("a\0", 2), std::string("\x01\x01", 2)};
+    // Rank 2's is over the 1 MiB that a broadcast outcome carries in its first message.
+    const size_t sizes[] = {0, 100000, (size_t{1} << 20) + 3};
+    return ends[rank] + std::string(sizes[rank], 'x') + ends[rank];
+  };
+  std::vector<std::string> scattered(kWorld), reduced(kWorld), broadcast(kWorld);
+  std::vector<std::vector<std::string>> gathered(kWorld);
+  std::vector<std::string> value_errors(kWorld), type_errors(kWorld), not_implemented(kWorld);
+  run_in_process(kWorld, [&](Communicator& comm) {
+    detail::DistWrapper dist(comm, /*coordinator=*/1);
+    const int r = comm.rank();
+    scattered[r] = dist.reduce_scatter(
+        "scatter", [&] { return payload_of(r); },
+        [&](std::vector<std::string> all) {
+          TORCH_CHECK(all.size() == kWorld);
+          for (int k = 0; k < kWorld; ++k) TORCH_CHECK(all[k] == payload_of(k), "rank ", k);
+          return std::vector<std::string>{all[2], all[0], all[1]};
+        });
+    reduced[r] = dist.all_reduce(
+        "reduce", [&] { return payload_of(r); },
+        [&](std::vector<std::string> all) { return all[0] + all[1] + all[2]; });
+    broadcast[r] = dist.broadcast("broadcast", [&] { return payload_of(2); });
+    gathered[r] = dist.all_gather("gather", [&] { return payload_of(r); });
+    try {
+      dist.all_reduce(
+          "value", [&]() -> std::string {
+            TORCH_CHECK_VALUE(r != 2, "bad value on ", r);
+            return "";
+          },
+          [](std::vector<std::string>) { return std::string("unreached"); });
+    } catch (const c10::ValueError& e) {
+      value_errors[r] = e.what_without_backtrace();
+    }
+    try {
+      dist.reduce_scatter(
+          "type", [] { return std::string("fine"); },
+          [](std::vector<std::string>) -> std::vector<std::string> {
+            TORCH_CHECK_TYPE(false, "bad type in the global step");
+          });
+    } catch (const c10::TypeError& e) {
+      type_errors[r] = e.what_without_backtrace();
+    }
+    try {
+      dist.all_gather("missing", [&]() -> std::string {
+        TORCH_CHECK_NOT_IMPLEMENTED(r == 1, "not here on ", r);
+        return "";
+      });
+    } catch (const c10::NotImplementedError& e) {
+      not_implemented[r] = e.what_without_backtrace();
+    }
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(scattered[r], payload_of((r + 2) % kWorld)) << r;
+    EXPECT_EQ(reduced[r], payload_of(0) + payload_of(1) + payload_of(2)) << r;
+    EXPECT_EQ(broadcast[r], payload_of(2)) << r;
+    EXPECT_EQ(gathered[r], (std::vector<std::string>{payload_of(0), payload_of(1), payload_of(2)}));
+    EXPECT_NE(value_errors[r].find("step 'value' failed on rank 2 of 3"), std::string::npos)
+        << value_errors[r];
+    EXPECT_NE(value_errors[r].find("bad value on 2"), std::string::npos) << value_errors[r];
+    EXPECT_NE(type_errors[r].find("step 'type' failed on rank 1 of 3"), std::string::npos)
+        << type_errors[r];
+    EXPECT_NE(type_errors[r].find("bad type in the global step"), std::string::npos);
+    EXPECT_NE(not_implemented[r].find("failed on ranks 0, 2 of 3"), std::string::npos)
+        << not_implemented[r];
+    EXPECT_NE(not_implemented[r].find("not here on 2"), std::string::npos);
+  }
 }
 
 struct Resharding {

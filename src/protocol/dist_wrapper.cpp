@@ -1,29 +1,54 @@
-// DistWrapper (see dist_wrapper.h). Every message is an outcome:
-//   u8 0, str payload                 success
-//   u8 1, u8 error type, str message  failure (type: 0 Error, 1 ValueError, 2 TypeError,
-//                                      3 NotImplementedError), re-raised with the same type
+// DistWrapper (see dist_wrapper.h). Every message is an outcome, its status in the last byte:
+//   payload, u8 0                        success
+//   message, u8 error type, u8 1         failure (type: 0 Error, 1 ValueError, 2 TypeError,
+//                                        3 NotImplementedError), re-raised with the same type
+// A trailer rather than a header, so that wrapping a payload appends a byte and unwrapping one
+// drops it: at scale the payloads are the plans and the committed Metadata, hundreds of MiB,
+// and a header would copy each of them into fresh memory twice (docs/performance.md). An
+// outcome the coordinator broadcasts that is over 1 MiB goes in two messages: its size (i64,
+// then u8 2), then its bytes, sent in place (broadcast_outcome).
 #include "protocol/dist_wrapper.h"
 
 #include <c10/util/Exception.h>
 
-#include "util/wire.h"
+#include <cstring>
 
 namespace dcp::detail {
 namespace {
 
+constexpr char kOk = 0, kFailed = 1;
+// In broadcast_outcome's first message only: the outcome follows through broadcast_buffer,
+// this many bytes (an i64 before the status byte).
+constexpr char kFollows = 2;
+constexpr size_t kInlineOutcome = size_t{1} << 20;
+
 std::string ok(std::string payload) {
-  wire::Writer w;
-  w.u8(0);
-  w.str(payload);
-  return w.take();
+  payload.push_back(kOk);
+  return payload;
 }
 
-std::string failure(uint8_t type, const std::string& message) {
-  wire::Writer w;
-  w.u8(1);
-  w.u8(type);
-  w.str(message);
-  return w.take();
+std::string failure(uint8_t type, std::string message) {
+  message.push_back(static_cast<char>(type));
+  message.push_back(kFailed);
+  return message;
+}
+
+bool is_ok(const std::string& outcome) { return !outcome.empty() && outcome.back() == kOk; }
+
+// A failure's type and message (a malformed outcome is an Error saying so).
+std::pair<uint8_t, std::string> failure_of(const std::string& outcome) {
+  if (outcome.size() < 2 || outcome.back() != kFailed) {
+    return {0, "malformed step outcome of " + std::to_string(outcome.size()) + " bytes"};
+  }
+  return {static_cast<uint8_t>(outcome[outcome.size() - 2]),
+          outcome.substr(0, outcome.size() - 2)};
+}
+
+// A success's payload, taken out of the outcome without copying it.
+std::string payload(std::string&& outcome) {
+  TORCH_CHECK(is_ok(outcome), "malformed step outcome of ", outcome.size(), " bytes");
+  outcome.pop_back();
+  return std::move(outcome);
 }
 
 // Runs fn and returns its outcome, never throwing.
@@ -45,14 +70,6 @@ std::string capture(const std::function<std::string()>& fn, int rank) {
   }
 }
 
-bool is_ok(const std::string& outcome) { return !outcome.empty() && outcome[0] == 0; }
-
-std::string payload(const std::string& outcome) {
-  wire::Reader r(outcome);
-  r.u8();
-  return r.str();
-}
-
 }  // namespace
 
 DistWrapper::DistWrapper(Communicator& comm, int coordinator)
@@ -62,10 +79,7 @@ DistWrapper::DistWrapper(Communicator& comm, int coordinator)
 }
 
 void DistWrapper::raise(const std::string& encoded) const {
-  wire::Reader r(encoded);
-  r.u8();
-  const uint8_t type = r.u8();
-  const std::string message = r.str();
+  const auto [type, message] = failure_of(encoded);
   switch (type) {
     case 1: TORCH_CHECK_VALUE(false, message);
     case 2: TORCH_CHECK_TYPE(false, message);
@@ -88,11 +102,9 @@ std::string DistWrapper::combine_failures(const std::string& step,
                         std::to_string(outcomes.size());
   uint8_t type = 0;
   for (size_t i = 0; i < failed.size(); ++i) {
-    wire::Reader r(outcomes[failed[i]]);
-    r.u8();
-    const uint8_t t = r.u8();
+    const auto [t, what] = failure_of(outcomes[failed[i]]);
     if (i == 0) type = t;
-    if (i < 8) message += "\n  rank " + std::to_string(failed[i]) + ": " + r.str();
+    if (i < 8) message += "\n  rank " + std::to_string(failed[i]) + ": " + what;
   }
   if (failed.size() > 8) message += "\n  ...";
   return failure(type, message);
@@ -103,6 +115,33 @@ std::string DistWrapper::coordinator_failure(const std::string& step,
   std::vector<std::string> outcomes(size(), ok(""));
   outcomes[coordinator_] = outcome;
   return combine_failures(step, outcomes);
+}
+
+// The coordinator's outcome on every rank. A small one travels in one broadcast. A large one
+// (the committed Metadata, hundreds of MiB at scale) is sent from where it is with
+// broadcast_buffer, after a first broadcast of its size: broadcast() would return the
+// coordinator a copy of it. The first broadcast also lets the other ranks wait for the
+// coordinator without spinning (MpiCommunicator).
+std::string DistWrapper::broadcast_outcome(std::string outcome) {
+  std::string first;
+  if (is_coordinator()) {
+    if (outcome.size() <= kInlineOutcome) {
+      first = std::move(outcome);
+    } else {
+      first.resize(sizeof(int64_t));
+      const auto n = static_cast<int64_t>(outcome.size());
+      std::memcpy(first.data(), &n, sizeof n);
+      first.push_back(kFollows);
+    }
+  }
+  first = comm_.broadcast(first, coordinator_);
+  if (first.size() != sizeof(int64_t) + 1 || first.back() != kFollows) return first;
+  int64_t n = 0;
+  std::memcpy(&n, first.data(), sizeof n);
+  TORCH_CHECK(n > static_cast<int64_t>(kInlineOutcome), "malformed outcome size ", n);
+  if (!is_coordinator()) outcome.resize(static_cast<size_t>(n));
+  comm_.broadcast_buffer(outcome.data(), outcome.size(), coordinator_);
+  return outcome;
 }
 
 std::string DistWrapper::reduce_scatter(
@@ -116,7 +155,8 @@ std::string DistWrapper::reduce_scatter(
     std::string error = combine_failures(step, all);
     if (error.empty()) {
       std::vector<std::string> payloads;
-      for (const auto& o : all) payloads.push_back(payload(o));
+      for (auto& o : all) payloads.push_back(payload(std::move(o)));
+      all = {};
       std::vector<std::string> results;
       error = capture([&] {
         results = global(std::move(payloads));
@@ -132,9 +172,9 @@ std::string DistWrapper::reduce_scatter(
     }
     if (replies.empty()) replies.assign(size(), error);
   }
-  const std::string reply = comm_.scatter(replies, coordinator_);
+  std::string reply = comm_.scatter(replies, coordinator_);
   if (!is_ok(reply)) raise(reply);
-  return payload(reply);
+  return payload(std::move(reply));
 }
 
 std::string DistWrapper::all_reduce(
@@ -148,14 +188,15 @@ std::string DistWrapper::all_reduce(
     reply = combine_failures(step, all);
     if (reply.empty()) {
       std::vector<std::string> payloads;
-      for (const auto& o : all) payloads.push_back(payload(o));
+      for (auto& o : all) payloads.push_back(payload(std::move(o)));
+      all = {};
       reply = capture([&] { return global(std::move(payloads)); }, rank());
       if (!is_ok(reply)) reply = coordinator_failure(step, reply);
     }
   }
-  reply = comm_.broadcast(reply, coordinator_);
+  reply = broadcast_outcome(std::move(reply));
   if (!is_ok(reply)) raise(reply);
-  return payload(reply);
+  return payload(std::move(reply));
 }
 
 std::string DistWrapper::broadcast(const std::string& step,
@@ -166,9 +207,9 @@ std::string DistWrapper::broadcast(const std::string& step,
     reply = capture(fn, rank());
     if (!is_ok(reply)) reply = coordinator_failure(step, reply);
   }
-  reply = comm_.broadcast(reply, coordinator_);
+  reply = broadcast_outcome(std::move(reply));
   if (!is_ok(reply)) raise(reply);
-  return payload(reply);
+  return payload(std::move(reply));
 }
 
 std::vector<std::string> DistWrapper::all_gather(const std::string& step,
@@ -178,7 +219,7 @@ std::vector<std::string> DistWrapper::all_gather(const std::string& step,
   const std::string error = combine_failures(step, all);
   if (!error.empty()) raise(error);
   std::vector<std::string> payloads;
-  for (const auto& o : all) payloads.push_back(payload(o));
+  for (auto& o : all) payloads.push_back(payload(std::move(o)));
   return payloads;
 }
 

@@ -43,6 +43,7 @@ class DistWrapper {
 
  private:
   [[noreturn]] void raise(const std::string& encoded_error) const;
+  std::string broadcast_outcome(std::string outcome);
   std::string combine_failures(const std::string& step, const std::vector<std::string>& outcomes);
   std::string coordinator_failure(const std::string& step, const std::string& outcome);
 
