@@ -40,18 +40,18 @@ int to_int_count(size_t n) {
   return static_cast<int>(n);
 }
 
-std::vector<int> displacements(const std::vector<int>& counts) {
-  std::vector<int> displs(counts.size(), 0);
-  int64_t total = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    TORCH_CHECK(total <= INT_MAX, "MPI v-collective larger than MPI's int displacement");
-    displs[i] = static_cast<int>(total);
-    total += counts[i];
+// "1, 3": the ranks of the requests not done (ranks[i] is request i's peer).
+std::string pending_ranks(const std::vector<int>& ranks, const std::vector<bool>& done) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (!done[i]) out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
   }
-  TORCH_CHECK(total <= INT_MAX, "MPI v-collective larger than MPI's int displacement");
-  return displs;
+  return out;
 }
 
+// The point-to-point messages' tags, one per kind, so that no message of one collective can
+// match a receive of another (messages of one kind match in order: MPI does not overtake).
+constexpr int kGatherSizeTag = 1, kGatherDataTag = 2, kScatterDataTag = 3;
 
 }  // namespace
 
@@ -164,7 +164,6 @@ void MpiCommunicator::broadcast_buffer(void* data, size_t nbytes, int root) {
 }
 
 std::vector<std::string> MpiCommunicator::gather(const std::string& data, int root) {
-  constexpr int kSizeTag = 1, kDataTag = 2;
   if (rank_ != root) {
     const int64_t n = static_cast<int64_t>(data.size());
     auto never_taken = [&](const std::vector<bool>&) {
@@ -172,11 +171,11 @@ std::vector<std::string> MpiCommunicator::gather(const std::string& data, int ro
     };
     std::vector<MPI_Request> r(1);
     // Synchronous: complete once the root has matched it, that is, reached the gather.
-    DCP_MPI_CHECK(MPI_Issend(&n, 1, MPI_INT64_T, root, kSizeTag, comm_, &r[0]));
+    DCP_MPI_CHECK(MPI_Issend(&n, 1, MPI_INT64_T, root, kGatherSizeTag, comm_, &r[0]));
     wait(r, "gather", never_taken);
     if (n > 0) {
-      DCP_MPI_CHECK(MPI_Isend(data.data(), to_int_count(data.size()), MPI_BYTE, root, kDataTag,
-                              comm_, &r[0]));
+      DCP_MPI_CHECK(MPI_Isend(data.data(), to_int_count(data.size()), MPI_BYTE, root,
+                              kGatherDataTag, comm_, &r[0]));
       wait(r, "gather", never_taken, /*spin=*/true);
     }
     return {};
@@ -184,53 +183,45 @@ std::vector<std::string> MpiCommunicator::gather(const std::string& data, int ro
   std::vector<std::string> out(size_);
   std::vector<int64_t> sizes(size_, 0);
   std::vector<MPI_Request> r;
+  std::vector<int> peers;  // the rank of each request in r
   for (int k = 0; k < size_; ++k) {
     if (k == rank_) continue;
     r.emplace_back();
-    DCP_MPI_CHECK(MPI_Irecv(&sizes[k], 1, MPI_INT64_T, k, kSizeTag, comm_, &r.back()));
+    peers.push_back(k);
+    DCP_MPI_CHECK(MPI_Irecv(&sizes[k], 1, MPI_INT64_T, k, kGatherSizeTag, comm_, &r.back()));
   }
-  auto never_arrived = [&](const std::vector<bool>& done) {
-    std::string ranks;
-    for (int k = 0, i = 0; k < size_; ++k) {
-      if (k == rank_) continue;
-      if (!done[i++]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
-    }
-    return "rank(s) " + ranks + " never arrived";
-  };
-  wait(r, "gather", never_arrived);
+  wait(r, "gather", [&](const std::vector<bool>& done) {
+    return "rank(s) " + pending_ranks(peers, done) + " never arrived";
+  });
   r.clear();
-  std::vector<int> senders;  // the rank of each data receive in r
+  peers.clear();
   for (int k = 0; k < size_; ++k) {
     if (k == rank_) continue;
     TORCH_CHECK(sizes[k] >= 0, "gather: rank ", k, " sent a negative size");
     out[k].resize(static_cast<size_t>(sizes[k]));
     if (sizes[k] == 0) continue;
     r.emplace_back();
-    senders.push_back(k);
-    DCP_MPI_CHECK(MPI_Irecv(out[k].data(), to_int_count(out[k].size()), MPI_BYTE, k, kDataTag,
-                            comm_, &r.back()));
+    peers.push_back(k);
+    DCP_MPI_CHECK(MPI_Irecv(out[k].data(), to_int_count(out[k].size()), MPI_BYTE, k,
+                            kGatherDataTag, comm_, &r.back()));
   }
   wait(r, "gather", [&](const std::vector<bool>& done) {
-    std::string ranks;
-    for (size_t i = 0; i < senders.size(); ++i) {
-      if (!done[i]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(senders[i]);
-    }
-    return "rank(s) " + ranks + " sent their size but never their bytes";
+    return "rank(s) " + pending_ranks(peers, done) + " sent their size but never their bytes";
   }, /*spin=*/true);
   out[rank_] = data;
   return out;
 }
 
+// Sizes through MPI_Iscatter (the arrival phase), then each rank's bytes point-to-point, sent
+// from the root's buffers where they are: MPI_Scatterv would need them in one buffer, a copy
+// of every rank's final plan (hundreds of MiB at scale) into fresh memory, and displacements
+// that limit the total to 2 GiB.
 std::string MpiCommunicator::scatter(const std::vector<std::string>& data, int root) {
   std::vector<int> counts;
-  std::vector<int> displs;
-  std::string all;
   if (rank_ == root) {
     TORCH_CHECK(static_cast<int>(data.size()) == size_, "scatter: root passed ", data.size(),
                 " buffers for ", size_, " ranks");
     for (const auto& d : data) counts.push_back(to_int_count(d.size()));
-    displs = displacements(counts);
-    for (const auto& d : data) all += d;
   }
   auto from_root = [&](const std::vector<bool>&) {
     return c10::str("waiting for rank ", root, " (the root)");
@@ -239,11 +230,26 @@ std::string MpiCommunicator::scatter(const std::vector<std::string>& data, int r
   std::vector<MPI_Request> r(1);
   DCP_MPI_CHECK(MPI_Iscatter(counts.data(), 1, MPI_INT, &n, 1, MPI_INT, root, comm_, &r[0]));
   wait(r, "scatter", from_root);
-  std::string out(static_cast<size_t>(n), '\0');
-  DCP_MPI_CHECK(MPI_Iscatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, out.data(), n,
-                              MPI_BYTE, root, comm_, &r[0]));
-  wait(r, "scatter", from_root, /*spin=*/true);
-  return out;
+  if (rank_ != root) {
+    std::string out(static_cast<size_t>(n), '\0');
+    if (n == 0) return out;
+    DCP_MPI_CHECK(MPI_Irecv(out.data(), n, MPI_BYTE, root, kScatterDataTag, comm_, &r[0]));
+    wait(r, "scatter", from_root, /*spin=*/true);
+    return out;
+  }
+  r.clear();
+  std::vector<int> peers;  // the rank of each send in r
+  for (int k = 0; k < size_; ++k) {
+    if (k == root || counts[k] == 0) continue;
+    r.emplace_back();
+    peers.push_back(k);
+    DCP_MPI_CHECK(
+        MPI_Isend(data[k].data(), counts[k], MPI_BYTE, k, kScatterDataTag, comm_, &r.back()));
+  }
+  wait(r, "scatter", [&](const std::vector<bool>& done) {
+    return "rank(s) " + pending_ranks(peers, done) + " never took their part";
+  }, /*spin=*/true);
+  return data[root];
 }
 
 std::vector<std::string> MpiCommunicator::all_gather(const std::string& data) {

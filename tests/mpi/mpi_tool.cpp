@@ -20,6 +20,8 @@
 //   mpi_tool read-once <dir>           a replicated state loads bitwise with read-once
 //                                      broadcasts and without; with them the ranks read each
 //                                      record once between them
+//   mpi_tool collectives <dir>         MpiCommunicator's collectives from and to every root,
+//                                      with empty, small and multi-MiB pieces (dir unused)
 // Layouts: row, column, mesh2d. Exit code 0 only when every rank succeeded.
 #include <mpi.h>
 
@@ -424,6 +426,44 @@ void read_once_case(dcp::Communicator& comm, const std::string& dir) {
               total[0], " bytes, not every record each");
 }
 
+// MpiCommunicator's collectives deliver what they promise, from and to every root, with the
+// deadlines' polling on: pieces empty, of a few bytes and of several MiB, different for every
+// pair of ranks. A scatter sends each rank its piece point-to-point from the root's buffers;
+// back-to-back scatters from one root must not mix.
+void collectives_case(dcp::Communicator& comm, const std::string& /*dir*/) {
+  comm.set_timeout(std::chrono::seconds(60));
+  const int n = comm.size(), me = comm.rank();
+  auto piece = [](int from, int to, int round = 0) {
+    const int kind = (from + to + round) % 3;
+    const size_t size = kind == 0 ? 0 : kind == 1 ? 5 : (size_t{3} << 20) + from;
+    std::string s(size, '\0');
+    for (size_t i = 0; i < size; ++i) s[i] = static_cast<char>(from * 31 + to * 7 + round + i);
+    return s;
+  };
+  for (int root = 0; root < n; ++root) {
+    TORCH_CHECK(comm.broadcast(me == root ? piece(root, 1) : "", root) == piece(root, 1),
+                "broadcast from ", root);
+    const std::vector<std::string> all = comm.gather(piece(me, root), root);
+    TORCH_CHECK(all.size() == (me == root ? static_cast<size_t>(n) : 0), "gather to ", root);
+    for (int k = 0; k < static_cast<int>(all.size()); ++k) {
+      TORCH_CHECK(all[k] == piece(k, root), "gather to ", root, ": rank ", k, "'s piece");
+    }
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::string> parts;
+      for (int k = 0; me == root && k < n; ++k) parts.push_back(piece(root, k, round));
+      TORCH_CHECK(comm.scatter(parts, root) == piece(root, me, round), "scatter ", round,
+                  " from ", root);
+    }
+    const std::string expected = piece(root, 2);
+    std::string buffer = me == root ? expected : std::string(expected.size(), '\0');
+    comm.broadcast_buffer(buffer.data(), buffer.size(), root);
+    TORCH_CHECK(buffer == expected, "broadcast_buffer from ", root);
+  }
+  const std::vector<std::string> everyone = comm.all_gather(piece(me, 0));
+  TORCH_CHECK(everyone.size() == static_cast<size_t>(n), "all_gather");
+  for (int k = 0; k < n; ++k) TORCH_CHECK(everyone[k] == piece(k, 0), "all_gather: rank ", k);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -447,6 +487,7 @@ int main(int argc, char** argv) {
       else if (command == "async") async_case(comm, dir);
       else if (command == "every-rank") every_rank_case(comm, dir);
       else if (command == "read-once") read_once_case(comm, dir);
+      else if (command == "collectives") collectives_case(comm, dir);
       else TORCH_CHECK(false, "unknown command ", command);
     } catch (const c10::Error& e) {
       std::cerr << "rank " << comm.rank() << ": " << e.what_without_backtrace() << "\n";
