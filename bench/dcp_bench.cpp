@@ -11,6 +11,16 @@
 // need no flag); "replicated" makes every tensor whole on every rank (a DDP state) instead of
 // row shards (use it for the save and the load); "small" uses the state of 20,000 small tensors
 // (bench_state.h; MiB is then ignored; use it for the save and the load).
+//   dcp_bench protocol <plans MiB> <metadata MiB>
+//                                what dcp::save's two steps through the communicator cost at
+//                                scale (DistWrapper over MPI), with payloads of a large save's
+//                                sizes and no planning or IO: the plan step (every rank sends
+//                                its plan, the coordinator returns each rank's final plan:
+//                                <plans MiB> each way in all) and the write step (every rank
+//                                sends its results, <plans MiB> / 4 in all; every rank gets the
+//                                committed Metadata's message, <metadata MiB>). Rank 0, the
+//                                coordinator, prints RESULT op=protocol with each step's best
+//                                time of 3 (from entering the step until it returns on rank 0).
 // Before a load every rank evicts the checkpoint's files from the page cache
 // (posix_fadvise DONTNEED), so reads come from the disk. Rank 0 prints one line:
 //   RESULT op=<save|load> ranks=N bytes=B seconds=S read_bytes=R peak_rss_overhead_mib=M
@@ -24,6 +34,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,6 +45,7 @@
 
 #include "bench/bench_state.h"
 #include "dcp/dcp.h"
+#include "protocol/dist_wrapper.h"
 
 namespace {
 
@@ -70,13 +82,72 @@ void evict(const std::string& dir) {
   }
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int protocol(int64_t plans_mib, int64_t metadata_mib) {
+  dcp::MpiCommunicator comm(MPI_COMM_WORLD);
+  dcp::detail::DistWrapper dist(comm, /*coordinator=*/0);
+  const size_t ranks = static_cast<size_t>(comm.size());
+  const size_t plan_bytes = static_cast<size_t>(plans_mib << 20) / ranks;
+  const size_t metadata_bytes = static_cast<size_t>(metadata_mib << 20);
+  double plan_step = 1e9, write_step = 1e9;
+  for (int round = 0; round < 3; ++round) {
+    // The payloads exist before each step, as the encoded plans do in dcp::save.
+    std::string plan(plan_bytes, 'p');
+    std::vector<std::string> finals(dist.is_coordinator() ? ranks : 0,
+                                    std::string(plan_bytes, 'f'));
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = std::chrono::steady_clock::now();
+    const std::string mine = dist.reduce_scatter(
+        "plan", [&] { return std::move(plan); },
+        [&](std::vector<std::string> all) {
+          TORCH_CHECK(all.size() == ranks && all.back().size() == plan_bytes);
+          return std::move(finals);
+        });
+    plan_step = std::min(plan_step, seconds_since(t0));
+    TORCH_CHECK(mine.size() == plan_bytes);
+    std::string results(plan_bytes / 4, 'r');
+    std::string committed(dist.is_coordinator() ? metadata_bytes : 0, 'm');
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = std::chrono::steady_clock::now();
+    const std::string metadata = dist.all_reduce(
+        "write", [&] { return std::move(results); },
+        [&](std::vector<std::string> all) {
+          TORCH_CHECK(all.size() == ranks);
+          return std::move(committed);
+        });
+    write_step = std::min(write_step, seconds_since(t0));
+    TORCH_CHECK(metadata.size() == metadata_bytes);
+  }
+  if (comm.rank() == 0) {
+    std::printf("RESULT op=protocol ranks=%zu plans_mib=%lld metadata_mib=%lld plan_step=%.4f "
+                "write_step=%.4f\n",
+                ranks, static_cast<long long>(plans_mib), static_cast<long long>(metadata_mib),
+                plan_step, write_step);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   at::set_num_threads(1);
+  if (argc == 4 && std::string(argv[1]) == "protocol") {
+    int rc = 1;
+    try {
+      rc = protocol(std::stoll(argv[2]), std::stoll(argv[3]));
+    } catch (const c10::Error& e) {
+      std::fprintf(stderr, "%s\n", e.what_without_backtrace());
+    }
+    MPI_Finalize();
+    return rc;
+  }
   if (argc < 4 || (std::string(argv[1]) != "save" && std::string(argv[1]) != "load")) {
-    std::fprintf(stderr, "usage: dcp_bench <save|load> <dir> <MiB> [threads] [flag,...]\n");
+    std::fprintf(stderr, "usage: dcp_bench <save|load> <dir> <MiB> [threads] [flag,...]\n"
+                         "       dcp_bench protocol <plans MiB> <metadata MiB>\n");
     MPI_Finalize();
     return 2;
   }
