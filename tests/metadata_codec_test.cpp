@@ -107,7 +107,8 @@ TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
 }
 
 // The message dcp::load and dcp::save broadcast: every field, the entries' order (which
-// Metadata's == ignores) and each MetadataIndex's index hint (which == ignores too).
+// Metadata's == ignores) and each MetadataIndex's index hint (which == ignores too); its size
+// computed ahead, exactly.
 TEST(MetadataCodecTest, BroadcastMessageKeepsEveryFieldTheOrderAndTheIndexHints) {
   Metadata md = sample();
   auto& w = std::get<TensorStorageMetadata>(md.state_dict_metadata["w"]);
@@ -119,7 +120,10 @@ TEST(MetadataCodecTest, BroadcastMessageKeepsEveryFieldTheOrderAndTheIndexHints)
   md.storage_meta->load_id = "load";
   md.storage_meta->modules = {"model", "optim"};
 
-  const Metadata back = decode_metadata_message(encode_metadata_message(md));
+  const std::string message = encode_metadata_message(md);
+  // Sized exactly before it is written (one buffer of that size, not a growing one).
+  EXPECT_EQ(metadata_message_size(md), message.size());
+  const Metadata back = decode_metadata_message(message);
   EXPECT_TRUE(back == md);
   std::vector<std::string> order, back_order;
   for (const auto& entry : md.state_dict_metadata) order.push_back(entry.first);
@@ -135,7 +139,9 @@ TEST(MetadataCodecTest, BroadcastMessageKeepsEveryFieldTheOrderAndTheIndexHints)
   md.planner_data.reset();
   md.storage_meta.reset();
   md.version.reset();
-  const Metadata bare = decode_metadata_message(encode_metadata_message(md));
+  const std::string bare_message = encode_metadata_message(md);
+  EXPECT_EQ(metadata_message_size(md), bare_message.size());
+  const Metadata bare = decode_metadata_message(bare_message);
   EXPECT_TRUE(bare == md);
   EXPECT_FALSE(bare.planner_data.has_value());
   EXPECT_FALSE(bare.storage_meta.has_value());

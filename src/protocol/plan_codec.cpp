@@ -9,7 +9,8 @@
 namespace dcp::detail {
 namespace {
 
-void put_index(wire::Writer& w, const MetadataIndex& index) {
+template <class W>
+void put_index(W& w, const MetadataIndex& index) {
   w.str(index.fqn);
   w.u8(index.offset.has_value());
   if (index.offset) w.ints(*index.offset);
@@ -29,7 +30,8 @@ MetadataIndex get_index(wire::Reader& r) {
   return index;
 }
 
-void put_path(wire::Writer& w, const ObjectPath& path) {
+template <class W>
+void put_path(W& w, const ObjectPath& path) {
   w.i64(static_cast<int64_t>(path.size()));
   for (const Key& k : path) {
     if (const auto* s = std::get_if<std::string>(&k)) {
@@ -51,7 +53,8 @@ ObjectPath get_path(wire::Reader& r) {
   return path;
 }
 
-void put_properties(wire::Writer& w, const TensorProperties& p) {
+template <class W>
+void put_properties(W& w, const TensorProperties& p) {
   w.i64(static_cast<int64_t>(p.dtype));
   w.i64(static_cast<int64_t>(p.layout));
   w.u8(p.requires_grad);
@@ -67,7 +70,8 @@ void get_properties(wire::Reader& r, TensorProperties& p) {
   p.pin_memory = r.u8();
 }
 
-void put_storage_info(wire::Writer& w, const StorageInfo& info) {
+template <class W>
+void put_storage_info(W& w, const StorageInfo& info) {
   w.str(info.relative_path);
   w.i64(info.offset);
   w.i64(info.length);
@@ -87,7 +91,8 @@ StorageInfo get_storage_info(wire::Reader& r) {
   return info;
 }
 
-void put_optional(wire::Writer& w, const std::optional<std::string>& v) {
+template <class W>
+void put_optional(W& w, const std::optional<std::string>& v) {
   w.u8(v.has_value());
   if (v) w.str(*v);
 }
@@ -317,10 +322,12 @@ std::vector<WriteResult> decode_write_results(const std::string& bytes) {
   return results;
 }
 
+namespace {
+
 // Field by field, in the order of the Metadata struct; every map in its own iteration order,
 // so the decoder appends (state_dict_metadata) or inserts at the end (the sorted maps).
-std::string encode_metadata_message(const Metadata& metadata) {
-  wire::Writer w;
+template <class W>
+void put_metadata_message(W& w, const Metadata& metadata) {
   w.i64(static_cast<int64_t>(metadata.state_dict_metadata.size()));
   for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
     w.str(fqn);
@@ -356,6 +363,20 @@ std::string encode_metadata_message(const Metadata& metadata) {
     w.strs(metadata.storage_meta->modules);
   }
   put_optional(w, metadata.version);
+}
+
+}  // namespace
+
+size_t metadata_message_size(const Metadata& metadata) {
+  wire::Sizer sizer;
+  put_metadata_message(sizer, metadata);
+  return sizer.size();
+}
+
+std::string encode_metadata_message(const Metadata& metadata) {
+  wire::Writer w;
+  w.reserve(metadata_message_size(metadata));
+  put_metadata_message(w, metadata);
   return w.take();
 }
 

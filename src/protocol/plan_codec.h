@@ -32,6 +32,9 @@ std::vector<WriteResult> decode_write_results(const std::string& bytes);
 /// committed). Lossless: decode_metadata_message(encode_metadata_message(m)) == m, with
 /// state_dict_metadata in the same order.
 std::string encode_metadata_message(const Metadata& metadata);
+/// The size of encode_metadata_message's bytes, computed without writing them (the encoder
+/// writes into one buffer of this size).
+size_t metadata_message_size(const Metadata& metadata);
 Metadata decode_metadata_message(const std::string& bytes);
 
 }  // namespace dcp::detail

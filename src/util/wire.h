@@ -19,6 +19,7 @@ namespace dcp::detail::wire {
 
 class Writer {
  public:
+  void reserve(size_t n) { out_.reserve(n); }
   void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void i64(int64_t v) {
     char b[8];
@@ -46,6 +47,26 @@ class Writer {
 
  private:
   std::string out_;
+};
+
+/// Counts the bytes a Writer would write: an encoder written once for both (a template over
+/// the writer) sizes a message with a Sizer, then writes it into one buffer of that size
+/// (Writer::reserve). A message of hundreds of MiB written into a growing buffer would be
+/// copied into fresh memory at each doubling.
+class Sizer {
+ public:
+  void u8(uint8_t) { n_ += 1; }
+  void i64(int64_t) { n_ += 8; }
+  void str(const std::string& s) { n_ += 8 + s.size(); }
+  void ints(c10::IntArrayRef v) { n_ += 8 + v.size() * sizeof(int64_t); }
+  void strs(const std::vector<std::string>& v) {
+    i64(0);
+    for (const auto& s : v) str(s);
+  }
+  size_t size() const { return n_; }
+
+ private:
+  size_t n_ = 0;
 };
 
 class Reader {
