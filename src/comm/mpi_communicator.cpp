@@ -1,6 +1,7 @@
 // MpiCommunicator (see dcp/mpi_communicator.h). Variable-size buffers travel as a size
-// exchange (MPI_INT64_T) followed by the matching v-collective over MPI_BYTE. Every MPI return
-// code passes through DCP_MPI_CHECK, the one place MPI errors are translated.
+// exchange (MPI_INT64_T) followed by their bytes (MPI_BYTE): a broadcast, or point-to-point
+// messages for gather and scatter. Every MPI return code passes through DCP_MPI_CHECK, the one
+// place MPI errors are translated.
 #include "dcp/mpi_communicator.h"
 
 #include <c10/util/Exception.h>
@@ -79,7 +80,7 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 // Note [Collective deadlines]: with a timeout, every collective is a nonblocking MPI call
-// (MPI_Ibcast, MPI_Iscatterv, ...) polled with MPI_Testall until its deadline. A collective
+// (MPI_Ibcast, MPI_Isend, ...) polled with MPI_Testall until its deadline. A collective
 // moves a large payload only while its ranks poll (the shared-memory transport copies it in
 // fragments of tens of KiB, each side taking its turn), so each collective has two phases:
 //   - arrival: a small message that completes only once the other side has reached the

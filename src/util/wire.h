@@ -97,8 +97,8 @@ class Reader {
   void str_into(std::string& out) {
     const int64_t n = i64();
     TORCH_CHECK(n >= 0, "wire: negative length");
-    // Built at its size and moved in: assign() into an empty string would round a name of 16
-    // to 30 bytes up to a 30-byte block (libstdc++ doubles the inline capacity of 15).
+    // Built at its size and moved in: assign() into an empty string would give a name of 16
+    // to 30 bytes a capacity of 30 (libstdc++ doubles the inline capacity of 15).
     out = std::string(take(static_cast<size_t>(n)), static_cast<size_t>(n));
   }
   void ints_into(Dims& out) {
