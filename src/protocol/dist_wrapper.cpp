@@ -11,7 +11,7 @@
 
 #include <c10/util/Exception.h>
 
-#include <cstring>
+#include "util/wire.h"
 
 namespace dcp::detail {
 namespace {
@@ -128,16 +128,15 @@ std::string DistWrapper::broadcast_outcome(std::string outcome) {
     if (outcome.size() <= kInlineOutcome) {
       first = std::move(outcome);
     } else {
-      first.resize(sizeof(int64_t));
-      const auto n = static_cast<int64_t>(outcome.size());
-      std::memcpy(first.data(), &n, sizeof n);
-      first.push_back(kFollows);
+      wire::Writer w;
+      w.i64(static_cast<int64_t>(outcome.size()));
+      w.u8(kFollows);
+      first = w.take();
     }
   }
   first = comm_.broadcast(first, coordinator_);
   if (first.size() != sizeof(int64_t) + 1 || first.back() != kFollows) return first;
-  int64_t n = 0;
-  std::memcpy(&n, first.data(), sizeof n);
+  const int64_t n = wire::Reader(first).i64();
   TORCH_CHECK(n > static_cast<int64_t>(kInlineOutcome), "malformed outcome size ", n);
   if (!is_coordinator()) outcome.resize(static_cast<size_t>(n));
   comm_.broadcast_buffer(outcome.data(), outcome.size(), coordinator_);

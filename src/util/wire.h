@@ -84,10 +84,8 @@ class Reader {
     return std::string(take(static_cast<size_t>(n)), static_cast<size_t>(n));
   }
   Dims ints() {
-    const size_t n = count();  // at most the bytes left, so n * 8 cannot overflow
-    const char* bytes = take(n * sizeof(int64_t));  // a truncated message allocates nothing
-    Dims v(n);
-    std::memcpy(v.data(), bytes, n * sizeof(int64_t));
+    Dims v;
+    ints_into(v);
     return v;
   }
   /// str() and ints() into a field of the object being decoded. A decoder that builds its
@@ -95,15 +93,13 @@ class Reader {
   /// copy per Dims (its four inline slots move by copying) and a move per part: a quarter of
   /// the plans' decoding time at 2 million items (docs/performance.md).
   void str_into(std::string& out) {
-    const int64_t n = i64();
-    TORCH_CHECK(n >= 0, "wire: negative length");
     // Built at its size and moved in: assign() into an empty string would give a name of 16
     // to 30 bytes a capacity of 30 (libstdc++ doubles the inline capacity of 15).
-    out = std::string(take(static_cast<size_t>(n)), static_cast<size_t>(n));
+    out = str();
   }
   void ints_into(Dims& out) {
-    const size_t n = count();
-    const char* bytes = take(n * sizeof(int64_t));
+    const size_t n = count();  // at most the bytes left, so n * 8 cannot overflow
+    const char* bytes = take(n * sizeof(int64_t));  // a truncated message allocates nothing
     out.resize(n);
     std::memcpy(out.data(), bytes, n * sizeof(int64_t));
   }
