@@ -7,7 +7,9 @@
 // blocking time against one plain memcpy of the state's bytes into warm buffers, measured in the
 // same run (target: <= 1.2x; staging copies CPU tensors on StagingOptions::copy_threads).
 // Then the same with StagingOptions::use_async_staging (Python's): how long async_save blocks
-// when the copies run on the staging thread, and how long until staging_completion().
+// when the copies run on the staging thread, and how long until staging_completion(). Last,
+// how long CheckpointManager::save blocks in a loop of async saves that keeps one step, each
+// save dropping an older one.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dcp/dcp.h"
@@ -101,6 +104,35 @@ int main(int argc, char** argv) {
   std::printf("use_async_staging: async_save blocking %.4f s, staging complete after %.3f s "
               "(%.3f of the blocking staging)\n",
               async_blocked, async_staged, async_blocked / blocked);
+
+  // A training loop's saves through CheckpointManager (async, keep_last_n = 1): from the third
+  // save on, each save() also drops the step before last. The loop "trains" between saves for
+  // twice the synchronous save's time, so the previous async save has long committed and the
+  // time save() blocks is what the loop pays: staging, plus whatever retention does on its
+  // thread (Note [Background retention] in src/checkpoint_manager.cpp).
+  dcp::CheckpointManagerOptions manager_options;
+  manager_options.async = true;
+  manager_options.keep_last_n = 1;
+  manager_options.save_options.stager = stager;
+  double manager_blocked = 0;
+  int manager_saves = 0;
+  {
+    dcp::CheckpointManager manager(dir + "/manager", manager_options);
+    for (int step = 0; step < repeats + 2; ++step) {
+      const auto t2 = std::chrono::steady_clock::now();
+      manager.save(step, state);
+      if (step >= 2) {  // a step to drop
+        manager_blocked += seconds_since(t2);
+        ++manager_saves;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(2 * sync_total));
+    }
+    manager.wait_until_finished();
+  }
+  manager_blocked /= manager_saves;
+  std::printf("CheckpointManager (async, keep_last_n=1): save() blocks %.3f s (%.3f of "
+              "async_save's blocking time), dropping a %lld MiB step each time\n",
+              manager_blocked, manager_blocked / blocked, static_cast<long long>(mib));
   std::filesystem::remove_all(dir);
   return 0;
 }

@@ -1,11 +1,15 @@
 // dcp::CheckpointManager: save intervals, retention (keep_last_n, keep_every_n_steps), latest
-// and load, async saves, several ranks, and a save killed midway (a forked child ends at a file
-// operation): the previous step stays the latest and loads, and the debris is removed.
+// and load, async saves, several ranks, a save killed midway (a forked child ends at a file
+// operation): the previous step stays the latest and loads, and the debris is removed; and
+// retention's removal of a dropped step's files off the caller's thread.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,6 +56,7 @@ TEST(CheckpointManagerTest, IntervalsRetentionLatestAndLoad) {
   }
   // The last two (8, 10) and every multiple of 4 (0, 4, 8).
   EXPECT_EQ(manager.all_steps(), (std::vector<int64_t>{0, 4, 8, 10}));
+  manager.wait_until_finished();  // dropped steps' files go in the background
   EXPECT_EQ(entries(root.sub("run")),
             (std::vector<std::string>{"step_0", "step_10", "step_4", "step_8"}));
   EXPECT_EQ(manager.latest_step(), 10);
@@ -172,6 +177,75 @@ TEST(CheckpointManagerTest, SaveKilledMidwayLeavesThePreviousStepLatest) {
   expect_state_of(state, 1);
   manager.save(2, state_at(2));  // and the run continues
   EXPECT_EQ(manager.all_steps(), (std::vector<int64_t>{1, 2}));
+}
+
+// Holds every removal of a file under `dir` other than its .metadata until release(), or for
+// at most 10 s (then records that it timed out), so a test can see which thread removes what.
+class HoldRemovals : public detail::FaultInjector {
+ public:
+  explicit HoldRemovals(std::string dir) : dir_(std::move(dir)) {}
+  ~HoldRemovals() override { release(); }
+  int before(detail::FileOp op, const std::string& path) override {
+    if (op != detail::FileOp::kUnlink || path.rfind(dir_, 0) != 0) return 0;
+    if (path == dir_ + ".metadata") return 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    held_ = true;
+    cv_.notify_all();
+    if (!cv_.wait_for(lock, std::chrono::seconds(10), [&] { return released_; })) {
+      timed_out_ = true;
+    }
+    return 0;
+  }
+  bool wait_until_held() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return held_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  bool timed_out() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return timed_out_;
+  }
+
+ private:
+  const std::string dir_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false, released_ = false, timed_out_ = false;
+};
+
+// Note [Background retention]: a step that retention drops is invisible when save() returns,
+// and its files are removed off the caller's thread; the next save() or wait_until_finished()
+// waits for them.
+TEST(CheckpointManagerTest, RetentionHidesAStepAtOnceAndRemovesItsFilesInTheBackground) {
+  TempDir root;
+  const std::string run = root.sub("run");
+  CheckpointManagerOptions options;
+  options.keep_last_n = 1;
+  CheckpointManager manager(run, options);
+  manager.save(1, state_at(1));
+  const std::vector<std::string> step1_files = entries(run + "/step_1");
+  ASSERT_GE(step1_files.size(), 2u);  // .metadata and a data file at least
+
+  HoldRemovals hold(run + "/step_1/");
+  detail::set_fault_injector(&hold);
+  manager.save(2, state_at(2));  // returns while step_1's files are held
+  ASSERT_TRUE(hold.wait_until_held());
+  // Invisible at once: no .metadata, not listed; its other files are still there.
+  EXPECT_FALSE(std::filesystem::exists(run + "/step_1/.metadata"));
+  EXPECT_EQ(manager.all_steps(), std::vector<int64_t>{2});
+  EXPECT_EQ(entries(run + "/step_1").size(), step1_files.size());  // the held file, the lock
+  hold.release();
+  manager.wait_until_finished();
+  detail::set_fault_injector(nullptr);
+  EXPECT_FALSE(hold.timed_out()) << "save() waited for the removal of step_1's files";
+  EXPECT_FALSE(std::filesystem::exists(run + "/step_1"));
+  StateDict state = blank();
+  EXPECT_EQ(manager.load(state), 2);
+  expect_state_of(state, 2);
 }
 
 TEST(CheckpointManagerTest, OptionsAreChecked) {

@@ -20,7 +20,9 @@
 // newer step has committed or when a manager starts. Old steps are removed only after a newer
 // one has committed, by the coordinator alone, .metadata first (so a step is either loadable or
 // invisible), and never the newest committed step. A directory that a save holds (its lock) is
-// never removed.
+// never removed. A dropped step's data files are removed on a background thread (Note
+// [Background retention] in checkpoint_manager.cpp), which the next save(),
+// wait_until_finished() and the destructor wait for.
 //
 // Collective: every rank calls every method in the same order (the coordinator lists the root
 // and broadcasts what it saw, so the ranks agree even on storage with delayed visibility).
@@ -31,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dcp/async_save.h"
@@ -72,9 +75,11 @@ class CheckpointManager {
   bool should_save(int64_t step) const;
   /// Saves `state` as step `step` when should_save(step) or `force`; returns whether it did.
   /// Waits first for the previous async save. After the commit (for an async save: when the
-  /// next call observes it), removes what the retention options no longer keep. Collective.
+  /// next call observes it), removes what the retention options no longer keep: invisible
+  /// before this returns, its files removed in the background. Collective.
   bool save(int64_t step, const StateDict& state, bool force = false);
-  /// Waits for a pending async save and applies retention; rethrows the save's error.
+  /// Waits for a pending async save and applies retention, its background removal included;
+  /// rethrows the save's error.
   void wait_until_finished();
 
   /// The committed steps, ascending. Collective.
@@ -94,11 +99,14 @@ class CheckpointManager {
   Listing list();              // collective
   void remove_unneeded(bool incomplete_only);  // the coordinator's part of retention
   void finish_pending();       // waits for the pending async save, then retention
+  void join_removal();         // waits for retention's background removal, if any
+
 
   std::string root_;
   CheckpointManagerOptions options_;
   std::optional<AsyncSaveFuture> pending_;
   std::shared_ptr<DefaultStager> stager_;
+  std::thread remover_;  // removes retired steps' files (Note [Background retention])
 };
 
 }  // namespace dcp
