@@ -549,7 +549,6 @@ TEST(MetadataDirectDecoderTest, ChargesMemoSharedValuesAsTheTreeDecoderDoes) {
   }
 }
 
-
 // The messages ranks exchange during a save or load (protocol/plan_codec.h), decoded field by
 // field into the objects they build: every field of every kind of item comes back (a decoded
 // object encodes to the same bytes, and the fields are checked), including dimensions that

@@ -523,7 +523,6 @@ TEST(Issue13Finding8, DeclaredRecordSizesAreBoundedByTheItem) {
 // ---------------------------------------------------------------------------------------------
 // Finding 4: small pickles that share objects through the memo expanded without bound.
 
-
 TEST(Issue13Finding4, AMemoSharedDagIsRefusedQuickly) {
   // x = []; 64 times: x = [x, x]. Python's torch.load shares the lists; a tree of Values
   // would hold 2^64 of them.

@@ -101,7 +101,6 @@ class CheckpointManager {
   void finish_pending();       // waits for the pending async save, then retention
   void join_removal();         // waits for retention's background removal, if any
 
-
   std::string root_;
   CheckpointManagerOptions options_;
   std::optional<AsyncSaveFuture> pending_;

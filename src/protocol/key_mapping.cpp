@@ -14,7 +14,6 @@ namespace dcp::detail {
 
 namespace {
 
-
 // A dotted key as a path of string items (the planner data of a renamed key).
 ObjectPath split_key(const std::string& key) {
   ObjectPath path;
