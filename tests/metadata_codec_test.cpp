@@ -8,12 +8,14 @@
 #include <functional>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <tuple>
 
 #include "format/metadata_codec.h"
 #include "format/pickle.h"
 #include "planner/planner_helpers.h"
 #include "protocol/plan_codec.h"
+#include "util/wire.h"
 
 namespace dcp::detail {
 namespace {
@@ -624,6 +626,72 @@ TEST(PlanCodecTest, EveryMessageRoundTripsEveryFieldAndRejectsEveryTruncation) {
   for (size_t n = 0; n < load_bytes.size(); ++n) {
     EXPECT_THROW(decode_load_plan_with_shared(load_bytes.substr(0, n)), c10::Error) << n;
   }
+}
+
+// The wire's varints (util/wire.h): every width from one byte to ten round-trips, values of
+// either sign, at the end of a message and before more bytes; the Sizer counts what the Writer
+// writes; and a truncated varint, a longer form than the writer makes, an eleventh byte or a
+// count beyond what the message can hold raise.
+TEST(WireTest, VarintsRoundTripEveryWidthAndRejectMalformedForms) {
+  std::vector<int64_t> values{0, 1, -1, 63, -64, 64, -65, 127, 128, 8191, 8192, -8193};
+  for (int shift = 14; shift < 63; shift += 7) {
+    values.push_back(int64_t{1} << shift);
+    values.push_back(-(int64_t{1} << shift));
+    values.push_back((int64_t{1} << shift) - 1);
+  }
+  values.push_back(std::numeric_limits<int64_t>::max());
+  values.push_back(std::numeric_limits<int64_t>::min());
+  for (int64_t v : values) {
+    for (bool at_end : {true, false}) {
+      wire::Writer w;
+      w.varint(v);
+      w.ints(Dims{v, -v, 3, v, v});  // five: more than Dims holds inline
+      if (!at_end) w.raw(std::string(wire::kMaxVarint, '\0'));
+      wire::Sizer sizer;
+      sizer.varint(v);
+      sizer.ints(Dims{v, -v, 3, v, v});
+      const std::string bytes = w.take();
+      EXPECT_EQ(sizer.size() + (at_end ? 0 : wire::kMaxVarint), bytes.size());
+      wire::Reader r(bytes);
+      EXPECT_EQ(r.varint(), v);
+      EXPECT_EQ(r.ints(), (Dims{v, -v, 3, v, v}));
+      EXPECT_EQ(r.left(), at_end ? 0 : wire::kMaxVarint);
+    }
+  }
+  // Each varint width once: 7 bits a byte.
+  for (size_t width = 1; width <= wire::kMaxVarint; ++width) {
+    const uint64_t u = width == 1 ? 0 : uint64_t{1} << (7 * (width - 1));
+    wire::Writer w;
+    w.varint(wire::unzigzag(u));
+    EXPECT_EQ(w.size(), width);
+  }
+
+  auto rejects = [](const std::string& bytes, auto&& read) {
+    wire::Reader r(bytes);
+    EXPECT_THROW(read(r), c10::Error) << c10::str(bytes.size(), " bytes");
+  };
+  auto varint = [](wire::Reader& r) { return r.varint(); };
+  auto ints = [](wire::Reader& r) { return r.ints(); };
+  for (const std::string& malformed :
+       {std::string("\x80\x00", 2),                            // 0 in two bytes
+        std::string(10, '\xff') + std::string("\x01"),         // an eleventh byte
+        std::string(9, '\xff') + std::string("\x02"),          // a 65th bit
+        std::string(9, '\x80') + std::string("\x00", 1)}) {    // 0 in ten bytes
+    rejects(malformed, varint);
+    rejects(malformed + std::string(wire::kMaxVarint, '\0'), varint);
+    rejects("\x01" + malformed, ints);
+    rejects("\x01" + malformed + std::string(wire::kMaxVarint, '\0'), ints);
+  }
+  rejects(std::string(), varint);
+  rejects(std::string("\x80"), varint);
+  rejects(std::string("\xff\xff"), varint);
+  rejects(std::string("\x02\x01"), ints);  // two values, one byte
+  rejects(std::string("\x05" "abcd"),  // five bytes promised, four there
+           [](wire::Reader& r) { return r.str(); });
+  wire::Writer three;
+  three.count(3);
+  three.raw("abcdef");
+  rejects(three.take(), [](wire::Reader& r) { return r.count(/*min_bytes_each=*/3); });
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // Plan, write-result and metadata encoding (see plan_codec.h).
 #include "protocol/plan_codec.h"
 
-#include <algorithm>
 #include <string_view>
 
 #include "util/wire.h"
@@ -15,13 +14,13 @@ void put_index(W& w, const MetadataIndex& index) {
   w.u8(index.offset.has_value());
   if (index.offset) w.ints(*index.offset);
   w.u8(index.index.has_value());
-  if (index.index) w.i64(*index.index);
+  if (index.index) w.varint(*index.index);
 }
 
 void get_index(wire::Reader& r, MetadataIndex& index) {
   r.str_into(index.fqn);
   if (r.u8()) r.ints_into(index.offset.emplace());
-  if (r.u8()) index.index = r.i64();
+  if (r.u8()) index.index = r.varint();
 }
 
 MetadataIndex get_index(wire::Reader& r) {
@@ -32,56 +31,56 @@ MetadataIndex get_index(wire::Reader& r) {
 
 template <class W>
 void put_path(W& w, const ObjectPath& path) {
-  w.i64(static_cast<int64_t>(path.size()));
+  w.count(path.size());
   for (const Key& k : path) {
     if (const auto* s = std::get_if<std::string>(&k)) {
       w.u8(0);
       w.str(*s);
     } else {
       w.u8(1);
-      w.i64(std::get<int64_t>(k));
+      w.varint(std::get<int64_t>(k));
     }
   }
 }
 
 ObjectPath get_path(wire::Reader& r) {
-  ObjectPath path(r.count());
+  ObjectPath path(r.count(/*min_bytes_each=*/2));
   for (Key& k : path) {
     if (r.u8() == 0) k = r.str();
-    else k = r.i64();
+    else k = r.varint();
   }
   return path;
 }
 
 template <class W>
 void put_properties(W& w, const TensorProperties& p) {
-  w.i64(static_cast<int64_t>(p.dtype));
-  w.i64(static_cast<int64_t>(p.layout));
+  w.varint(static_cast<int64_t>(p.dtype));
+  w.varint(static_cast<int64_t>(p.layout));
   w.u8(p.requires_grad);
-  w.i64(static_cast<int64_t>(p.memory_format));
+  w.varint(static_cast<int64_t>(p.memory_format));
   w.u8(p.pin_memory);
 }
 
 void get_properties(wire::Reader& r, TensorProperties& p) {
-  p.dtype = static_cast<c10::ScalarType>(r.i64());
-  p.layout = static_cast<c10::Layout>(r.i64());
+  p.dtype = static_cast<c10::ScalarType>(r.varint());
+  p.layout = static_cast<c10::Layout>(r.varint());
   p.requires_grad = r.u8();
-  p.memory_format = static_cast<MemFormatEncoding>(r.i64());
+  p.memory_format = static_cast<MemFormatEncoding>(r.varint());
   p.pin_memory = r.u8();
 }
 
 template <class W>
 void put_storage_info(W& w, const StorageInfo& info) {
   w.str(info.relative_path);
-  w.i64(info.offset);
-  w.i64(info.length);
+  w.varint(info.offset);
+  w.varint(info.length);
   w.strs(info.transform_descriptors);
 }
 
 void get_storage_info(wire::Reader& r, StorageInfo& info) {
   r.str_into(info.relative_path);
-  info.offset = r.i64();
-  info.length = r.i64();
+  info.offset = r.varint();
+  info.length = r.varint();
   info.transform_descriptors = r.strs();
 }
 
@@ -130,7 +129,7 @@ struct LastPlannerData {
 
 std::string encode_save_plan(const SavePlan& plan, LastEncodedPlannerData* last) {
   wire::Writer w;
-  w.i64(static_cast<int64_t>(plan.items.size()));
+  w.count(plan.items.size());
   for (const auto& item : plan.items) {
     put_index(w, item.index);
     w.u8(static_cast<uint8_t>(item.type));
@@ -148,7 +147,7 @@ std::string encode_save_plan(const SavePlan& plan, LastEncodedPlannerData* last)
     w.raw(last->bytes);
   } else {
     const size_t start = w.size();
-    w.i64(static_cast<int64_t>(plan.planner_data.size()));
+    w.count(plan.planner_data.size());
     for (const auto& [fqn, path] : plan.planner_data) {
       w.str(fqn);
       put_path(w, path);
@@ -162,7 +161,7 @@ std::string encode_save_plan(const SavePlan& plan, LastEncodedPlannerData* last)
 SavePlan decode_save_plan(const std::string& bytes, LastPlannerData* last) {
   wire::Reader r(bytes);
   SavePlan plan;
-  const size_t items = r.count();
+  const size_t items = r.count(/*min_bytes_each=*/5);
   plan.items.reserve(items);
   for (size_t i = 0; i < items; ++i) {  // each item built in place
     WriteItem& item = plan.items.emplace_back();
@@ -240,14 +239,14 @@ void get_read_item(wire::Reader& r, ReadItem& item) {
 }
 
 void put_load_plan(wire::Writer& w, const LoadPlan& plan) {
-  w.i64(static_cast<int64_t>(plan.items.size()));
+  w.count(plan.items.size());
   for (const auto& item : plan.items) put_read_item(w, item);
   w.str(plan.storage_data);
 }
 
 LoadPlan get_load_plan(wire::Reader& r) {
   LoadPlan plan;
-  const size_t items = r.count();
+  const size_t items = r.count(/*min_bytes_each=*/10);
   plan.items.reserve(items);
   for (size_t i = 0; i < items; ++i) get_read_item(r, plan.items.emplace_back());
   plan.storage_data = r.str();
@@ -272,11 +271,11 @@ LoadPlan decode_load_plan(const std::string& bytes) {
 std::string encode_load_plan(const LoadPlan& plan, const std::vector<SharedRead>& shared) {
   wire::Writer w;
   put_load_plan(w, plan);
-  w.i64(static_cast<int64_t>(shared.size()));
+  w.count(shared.size());
   for (const auto& s : shared) {
-    w.i64(s.root);
-    w.i64(s.nbytes);
-    w.i64(static_cast<int64_t>(s.dtype));
+    w.varint(s.root);
+    w.varint(s.nbytes);
+    w.varint(static_cast<int64_t>(s.dtype));
     put_read_item(w, s.item);
   }
   return w.take();
@@ -285,11 +284,11 @@ std::string encode_load_plan(const LoadPlan& plan, const std::vector<SharedRead>
 std::pair<LoadPlan, std::vector<SharedRead>> decode_load_plan_with_shared(const std::string& bytes) {
   wire::Reader r(bytes);
   LoadPlan plan = get_load_plan(r);
-  std::vector<SharedRead> shared(r.count());
+  std::vector<SharedRead> shared(r.count(/*min_bytes_each=*/13));
   for (auto& s : shared) {
-    s.root = static_cast<int>(r.i64());
-    s.nbytes = r.i64();
-    s.dtype = static_cast<c10::ScalarType>(r.i64());
+    s.root = static_cast<int>(r.varint());
+    s.nbytes = r.varint();
+    s.dtype = static_cast<c10::ScalarType>(r.varint());
     get_read_item(r, s.item);
   }
   TORCH_CHECK(r.done(), "wire: trailing bytes after a LoadPlan");
@@ -298,10 +297,10 @@ std::pair<LoadPlan, std::vector<SharedRead>> decode_load_plan_with_shared(const 
 
 std::string encode_write_results(const std::vector<WriteResult>& results) {
   wire::Writer w;
-  w.i64(static_cast<int64_t>(results.size()));
+  w.count(results.size());
   for (const auto& res : results) {
     put_index(w, res.index);
-    w.i64(res.size_in_bytes);
+    w.varint(res.size_in_bytes);
     put_storage_info(w, res.storage_data);
   }
   return w.take();
@@ -310,12 +309,12 @@ std::string encode_write_results(const std::vector<WriteResult>& results) {
 std::vector<WriteResult> decode_write_results(const std::string& bytes) {
   wire::Reader r(bytes);
   std::vector<WriteResult> results;
-  const size_t n = r.count();
+  const size_t n = r.count(/*min_bytes_each=*/8);
   results.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     WriteResult& res = results.emplace_back();
     get_index(r, res.index);
-    res.size_in_bytes = r.i64();
+    res.size_in_bytes = r.varint();
     get_storage_info(r, res.storage_data);
   }
   TORCH_CHECK(r.done(), "wire: trailing bytes after write results");
@@ -328,7 +327,7 @@ namespace {
 // so the decoder appends (state_dict_metadata) or inserts at the end (the sorted maps).
 template <class W>
 void put_metadata_message(W& w, const Metadata& metadata) {
-  w.i64(static_cast<int64_t>(metadata.state_dict_metadata.size()));
+  w.count(metadata.state_dict_metadata.size());
   for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
     w.str(fqn);
     const auto* tensor = std::get_if<TensorStorageMetadata>(&entry);
@@ -336,7 +335,7 @@ void put_metadata_message(W& w, const Metadata& metadata) {
     if (tensor == nullptr) continue;
     put_properties(w, tensor->properties);
     w.ints(tensor->size);
-    w.i64(static_cast<int64_t>(tensor->chunks.size()));
+    w.count(tensor->chunks.size());
     for (const auto& chunk : tensor->chunks) {
       w.ints(chunk.offsets);
       w.ints(chunk.sizes);
@@ -344,13 +343,13 @@ void put_metadata_message(W& w, const Metadata& metadata) {
   }
   w.u8(metadata.planner_data.has_value());
   if (metadata.planner_data) {
-    w.i64(static_cast<int64_t>(metadata.planner_data->size()));
+    w.count(metadata.planner_data->size());
     for (const auto& [fqn, path] : *metadata.planner_data) {
       w.str(fqn);
       put_path(w, path);
     }
   }
-  w.i64(static_cast<int64_t>(metadata.storage_data.size()));
+  w.count(metadata.storage_data.size());
   for (const auto& [index, info] : metadata.storage_data) {
     put_index(w, index);
     put_storage_info(w, info);
@@ -393,7 +392,7 @@ Metadata decode_metadata_message(const std::string& bytes) {
     TensorStorageMetadata tensor;
     get_properties(r, tensor.properties);
     r.ints_into(tensor.size);
-    tensor.chunks.resize(r.count());
+    tensor.chunks.resize(r.count(/*min_bytes_each=*/2));
     for (auto& chunk : tensor.chunks) {
       r.ints_into(chunk.offsets);
       r.ints_into(chunk.sizes);
@@ -408,10 +407,9 @@ Metadata decode_metadata_message(const std::string& bytes) {
       planner_data.emplace_hint(planner_data.end(), std::move(fqn), get_path(r));
     }
   }
-  const size_t items = r.count();
-  // Reserved up to what the bytes left can hold: an entry takes at least 42 of them (three
-  // counts, two flags, offset and length).
-  metadata.storage_data.reserve(std::min(items, r.left() / 42));
+  // An entry takes at least 7 bytes: three counts, two flags, offset and length.
+  const size_t items = r.count(/*min_bytes_each=*/7);
+  metadata.storage_data.reserve(items);
   for (size_t i = 0; i < items; ++i) {
     MetadataIndex index = get_index(r);
     metadata.storage_data.emplace_hint(metadata.storage_data.end(), std::move(index),
