@@ -645,16 +645,16 @@ TEST(WireTest, VarintsRoundTripEveryWidthAndRejectMalformedForms) {
     for (bool at_end : {true, false}) {
       wire::Writer w;
       w.varint(v);
-      w.ints(Dims{v, -v, 3, v, v});  // five: more than Dims holds inline
+      w.ints(Dims{v, ~v, 3, v, v});  // five: more than Dims holds inline; ~v: the other sign
       if (!at_end) w.raw(std::string(wire::kMaxVarint, '\0'));
       wire::Sizer sizer;
       sizer.varint(v);
-      sizer.ints(Dims{v, -v, 3, v, v});
+      sizer.ints(Dims{v, ~v, 3, v, v});
       const std::string bytes = w.take();
       EXPECT_EQ(sizer.size() + (at_end ? 0 : wire::kMaxVarint), bytes.size());
       wire::Reader r(bytes);
       EXPECT_EQ(r.varint(), v);
-      EXPECT_EQ(r.ints(), (Dims{v, -v, 3, v, v}));
+      EXPECT_EQ(r.ints(), (Dims{v, ~v, 3, v, v}));
       EXPECT_EQ(r.left(), at_end ? 0 : wire::kMaxVarint);
     }
   }
