@@ -628,6 +628,79 @@ TEST(PlanCodecTest, EveryMessageRoundTripsEveryFieldAndRejectsEveryTruncation) {
   }
 }
 
+// Note [Repeated names] (protocol/plan_codec.cpp): a storage entry of the broadcast Metadata
+// whose fqn is the previous entry's, and a read item whose storage_index names its
+// dest_index's fqn, leave the name out; names that differ (an empty one included) go whole;
+// and a message whose first name is a repeat raises instead of inventing one.
+TEST(PlanCodecTest, RepeatedNamesGoOnceAndARepeatWithNothingBeforeItRaises) {
+  auto occurrences = [](const std::string& bytes, const std::string& name) {
+    size_t n = 0;
+    for (size_t at = bytes.find(name); at != std::string::npos; at = bytes.find(name, at + 1)) ++n;
+    return n;
+  };
+  const std::string name = "layers.0.attention.wq.weight";
+  Metadata md;
+  TensorStorageMetadata t;
+  t.size = {6, 2};
+  for (int64_t r = 0; r < 3; ++r) {
+    t.chunks.push_back({{2 * r, 0}, {2, 2}});
+    md.storage_data[MetadataIndex(name, Dims{2 * r, 0}, r)] = {c10::str("__", r, "_0.distcp"), 0,
+                                                               16, {}};
+    md.storage_data[MetadataIndex("", Dims{2 * r, 0}, r)] = {c10::str("__", r, "_0.distcp"), 16,
+                                                             16, {}};
+  }
+  md.state_dict_metadata[name] = t;
+  md.state_dict_metadata[""] = t;
+  md.storage_data[MetadataIndex("z")] = {"__0_0.distcp", 32, 4, {}};
+  md.state_dict_metadata["z"] = BytesStorageMetadata{};
+  const std::string message = encode_metadata_message(md);
+  EXPECT_EQ(metadata_message_size(md), message.size());
+  // Once as a key of state_dict_metadata, once in storage_data (not three times).
+  EXPECT_EQ(occurrences(message, name), 2u);
+  const Metadata back = decode_metadata_message(message);
+  EXPECT_TRUE(back == md);
+  ASSERT_EQ(back.storage_data.size(), 7u);
+  std::vector<std::string> fqns;
+  for (const auto& [index, info] : back.storage_data) fqns.push_back(index.fqn);
+  EXPECT_EQ(fqns, (std::vector<std::string>{"", "", "", name, name, name, "z"}));
+
+  // The first storage entry's name made a repeat: count 0 in place of the name's length + 1.
+  Metadata one;
+  one.storage_data[MetadataIndex(name)] = {"__0_0.distcp", 0, 4, {}};
+  std::string bad = encode_metadata_message(one);
+  const size_t at = bad.rfind(name);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(bad[at - 1], static_cast<char>(name.size() + 1));
+  bad.replace(at - 1, name.size() + 1, std::string(1, '\0'));
+  try {
+    decode_metadata_message(bad);
+    ADD_FAILURE() << "a repeated name with no name before it was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("repeated name"), std::string::npos) << e.what();
+  }
+
+  // Read items: the storage name goes once where it is the dest name, whole where it differs.
+  LoadPlan load;
+  load.items.push_back(ReadItem{LoadItemType::TENSOR, MetadataIndex(name, Dims{0, 0}), {0, 0},
+                                MetadataIndex(name, Dims{0, 0}, 0), {0, 0}, {2, 2}});
+  load.items.push_back(ReadItem{LoadItemType::TENSOR, MetadataIndex("model.w", Dims{0}), {0},
+                                MetadataIndex("w", Dims{0}, 3), {0}, {4}});
+  const std::string load_bytes = encode_load_plan(load);
+  EXPECT_EQ(occurrences(load_bytes, name), 1u);
+  const LoadPlan load_back = decode_load_plan(load_bytes);
+  ASSERT_EQ(load_back.items.size(), 2u);
+  EXPECT_EQ(load_back.items[0].dest_index.fqn, name);
+  EXPECT_EQ(load_back.items[0].storage_index.fqn, name);
+  EXPECT_EQ(load_back.items[1].dest_index.fqn, "model.w");
+  EXPECT_EQ(load_back.items[1].storage_index.fqn, "w");
+  EXPECT_EQ(load_back.items[1].storage_index.index, std::optional<int64_t>(3));
+  // A dest name has nothing before it to repeat.
+  std::string bad_load = load_bytes;
+  const size_t dest_at = bad_load.find(name);
+  bad_load.replace(dest_at - 1, name.size() + 1, std::string(1, '\0'));
+  EXPECT_THROW(decode_load_plan(bad_load), c10::Error);
+}
+
 // The wire's varints (util/wire.h): every width from one byte to ten round-trips, values of
 // either sign, at the end of a message and before more bytes; the Sizer counts what the Writer
 // writes; and a truncated varint, a longer form than the writer makes, an eleventh byte or a

@@ -8,25 +8,52 @@
 namespace dcp::detail {
 namespace {
 
+// Note [Repeated names]: an index's fqn is mostly the fqn written just before it: a storage
+// entry of the committed Metadata follows the entry of the same tensor's previous chunk (the
+// map is sorted by fqn, and a tensor saved on n ranks has n chunks), and a read item's
+// storage_index names the tensor its dest_index names. There the name goes as a count of 0
+// ("the same as `prev`"); any other name as its length + 1, then its bytes. At 1024 ranks x
+// 2,000 tensors this leaves out 2 million names of the Metadata broadcast. A decoder without a
+// previous name refuses the 0.
 template <class W>
-void put_index(W& w, const MetadataIndex& index) {
-  w.str(index.fqn);
+void put_fqn(W& w, const std::string& fqn, const std::string* prev) {
+  if (prev != nullptr && fqn == *prev) {
+    w.count(0);
+  } else {
+    w.count(fqn.size() + 1);
+    w.raw(fqn);
+  }
+}
+
+// Returns whether the name was a repeat of `prev`.
+bool get_fqn(wire::Reader& r, std::string& fqn, const std::string* prev) {
+  const size_t n = r.count();
+  if (n == 0) {
+    TORCH_CHECK(prev != nullptr, "wire: a repeated name with no name before it");
+    fqn = *prev;
+    return true;
+  }
+  r.str_into(fqn, n - 1);
+  return false;
+}
+
+// `prev`: the fqn of the index written before this one where its name is likely repeated
+// (Note [Repeated names]), else null.
+template <class W>
+void put_index(W& w, const MetadataIndex& index, const std::string* prev = nullptr) {
+  put_fqn(w, index.fqn, prev);
   w.u8(index.offset.has_value());
   if (index.offset) w.ints(*index.offset);
   w.u8(index.index.has_value());
   if (index.index) w.varint(*index.index);
 }
 
-void get_index(wire::Reader& r, MetadataIndex& index) {
-  r.str_into(index.fqn);
+// Returns whether the fqn was a repeat of `prev`.
+bool get_index(wire::Reader& r, MetadataIndex& index, const std::string* prev = nullptr) {
+  const bool repeated = get_fqn(r, index.fqn, prev);
   if (r.u8()) r.ints_into(index.offset.emplace());
   if (r.u8()) index.index = r.varint();
-}
-
-MetadataIndex get_index(wire::Reader& r) {
-  MetadataIndex index;
-  get_index(r, index);
-  return index;
+  return repeated;
 }
 
 template <class W>
@@ -222,7 +249,7 @@ void put_read_item(wire::Writer& w, const ReadItem& item) {
   w.u8(static_cast<uint8_t>(item.type));
   put_index(w, item.dest_index);
   w.ints(item.dest_offsets);
-  put_index(w, item.storage_index);
+  put_index(w, item.storage_index, &item.dest_index.fqn);
   w.ints(item.storage_offsets);
   w.ints(item.lengths);
 }
@@ -233,7 +260,7 @@ void get_read_item(wire::Reader& r, ReadItem& item) {
   item.type = static_cast<LoadItemType>(type);
   get_index(r, item.dest_index);
   r.ints_into(item.dest_offsets);
-  get_index(r, item.storage_index);
+  get_index(r, item.storage_index, &item.dest_index.fqn);
   r.ints_into(item.storage_offsets);
   r.ints_into(item.lengths);
 }
@@ -350,9 +377,11 @@ void put_metadata_message(W& w, const Metadata& metadata) {
     }
   }
   w.count(metadata.storage_data.size());
+  const std::string* prev = nullptr;
   for (const auto& [index, info] : metadata.storage_data) {
-    put_index(w, index);
+    put_index(w, index, prev);
     put_storage_info(w, info);
+    prev = &index.fqn;
   }
   w.u8(metadata.storage_meta.has_value());
   if (metadata.storage_meta) {
@@ -410,8 +439,12 @@ Metadata decode_metadata_message(const std::string& bytes) {
   // An entry takes at least 7 bytes: three counts, two flags, offset and length.
   const size_t items = r.count(/*min_bytes_each=*/7);
   metadata.storage_data.reserve(items);
+  // The previous name as a copy, not a pointer into the map: a corrupt message's entries out
+  // of order would move the map's keys.
+  std::string prev;
   for (size_t i = 0; i < items; ++i) {
-    MetadataIndex index = get_index(r);
+    MetadataIndex index;
+    if (!get_index(r, index, i > 0 ? &prev : nullptr)) prev = index.fqn;
     metadata.storage_data.emplace_hint(metadata.storage_data.end(), std::move(index),
                                        get_storage_info(r));
   }
