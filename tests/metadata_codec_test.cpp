@@ -15,35 +15,13 @@
 #include "format/pickle.h"
 #include "planner/planner_helpers.h"
 #include "protocol/plan_codec.h"
+#include "testing/codec_samples.h"
 #include "util/wire.h"
 
 namespace dcp::detail {
 namespace {
 
-Metadata sample() {
-  Metadata md;
-  TensorStorageMetadata w;
-  w.properties.dtype = c10::ScalarType::BFloat16;
-  w.properties.requires_grad = true;
-  w.size = {4, 3};
-  w.chunks = {{{0, 0}, {2, 3}}, {{2, 0}, {2, 3}}};
-  md.state_dict_metadata["w"] = w;
-  TensorStorageMetadata s;
-  s.properties.dtype = c10::ScalarType::Long;
-  s.chunks = {{{}, {}}};
-  md.state_dict_metadata["scalar"] = s;
-  md.state_dict_metadata["step"] = BytesStorageMetadata{};
-  md.planner_data = std::map<std::string, ObjectPath>{
-      {"w", {Key("w")}}, {"step", {Key("optim"), Key(int64_t{0}), Key("step")}}};
-  md.storage_data[MetadataIndex("w", std::vector<int64_t>{0, 0}, 0)] = {"__0_0.distcp", 0, 1200, {}};
-  md.storage_data[MetadataIndex("w", std::vector<int64_t>{2, 0}, 1)] = {"__1_0.distcp", 0, 1200, {}};
-  md.storage_data[MetadataIndex("scalar", std::vector<int64_t>{}, 0)] = {"__0_0.distcp", 1200,
-                                                                         int64_t{5} << 32, {}};
-  md.storage_data[MetadataIndex("step")] = {"__0_0.distcp", (int64_t{5} << 32) + 1200, 800, {}};
-  md.storage_meta = StorageMeta{"/tmp/ckpt", "uuid", std::nullopt, {}};
-  md.version = "1.0.0";
-  return md;
-}
+using dcp::testing::sample_metadata;
 
 constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
 
@@ -94,7 +72,7 @@ Metadata decode_both(const std::string& bytes, bool direct = true) {
 }
 
 TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
-  const Metadata md = sample();
+  const Metadata md = sample_metadata();
   const std::string bytes = encode_metadata(md);
   const Metadata back = decode_both(bytes);
   EXPECT_TRUE(back == md);
@@ -112,7 +90,7 @@ TEST(MetadataCodecTest, RoundTripKeepsEveryField) {
 // Metadata's == ignores) and each MetadataIndex's index hint (which == ignores too); its size
 // computed ahead, exactly.
 TEST(MetadataCodecTest, BroadcastMessageKeepsEveryFieldTheOrderAndTheIndexHints) {
-  Metadata md = sample();
+  Metadata md = sample_metadata();
   auto& w = std::get<TensorStorageMetadata>(md.state_dict_metadata["w"]);
   w.properties.layout = c10::Layout::Sparse;
   w.properties.memory_format = MemFormatEncoding::TORCH_CHANNELS_LAST;
@@ -151,7 +129,7 @@ TEST(MetadataCodecTest, BroadcastMessageKeepsEveryFieldTheOrderAndTheIndexHints)
 }
 
 TEST(MetadataCodecTest, TruncatedBroadcastMessageRaisesInsteadOfReadingPastIt) {
-  const std::string bytes = encode_metadata_message(sample());
+  const std::string bytes = encode_metadata_message(sample_metadata());
   for (size_t n : {size_t{0}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {
     EXPECT_THROW(decode_metadata_message(bytes.substr(0, n)), c10::Error) << n;
   }
@@ -161,7 +139,7 @@ TEST(MetadataCodecTest, TruncatedBroadcastMessageRaisesInsteadOfReadingPastIt) {
 TEST(MetadataCodecTest, RecurringNamesAndFilesRoundTripAndAreWrittenOnce) {
   // Storage entries sorted by key repeat each name in a run, and the files in a cycle; here
   // also with gaps and jumps, and a file named like a planner_data key (already memoized).
-  Metadata md = sample();
+  Metadata md = sample_metadata();
   for (int t = 0; t < 5; ++t) {
     const std::string fqn = "layers." + std::to_string(t) + ".w";
     for (int r = 0; r < 7; ++r) {
@@ -183,7 +161,7 @@ TEST(MetadataCodecTest, RecurringNamesAndFilesRoundTripAndAreWrittenOnce) {
 }
 
 TEST(MetadataCodecTest, UsesOnlyTheAllowedGlobals) {
-  const std::string bytes = encode_metadata(sample());
+  const std::string bytes = encode_metadata(sample_metadata());
   auto root = pickle::unpickle(bytes.data(), bytes.size(), "test");
   std::set<std::string> globals;
   std::function<void(const pickle::ObjectPtr&)> walk = [&](const pickle::ObjectPtr& o) {
@@ -213,7 +191,7 @@ TEST(MetadataCodecTest, UsesOnlyTheAllowedGlobals) {
 }
 
 TEST(MetadataCodecTest, EveryTruncationOrByteFlipRaisesACleanError) {
-  const std::string bytes = encode_metadata(sample());
+  const std::string bytes = encode_metadata(sample_metadata());
   for (size_t n = 0; n < bytes.size(); n += 7) {
     EXPECT_THROW(decode_metadata(bytes.data(), n, "'.metadata'"), c10::Error) << n;
     EXPECT_FALSE(decode_metadata_direct(bytes.data(), n).has_value()) << n;
@@ -348,7 +326,7 @@ TEST(MetadataCodecTest, StorageDataInAnyOrderDecodesToTheSameMapAndTheLastDuplic
 // The direct decoder (format/metadata_direct.cpp) against the object tree's.
 
 TEST(MetadataDirectDecoderTest, ReadsWhatDcpWritesInEveryVariant) {
-  Metadata md = sample();
+  Metadata md = sample_metadata();
   md.storage_data.begin()->second.transform_descriptors = {"zstd", "crc"};
   md.storage_meta->load_id = "load";
   md.storage_meta->modules = {"model", "optim"};
@@ -389,7 +367,7 @@ bool inline_in(const Dims& dims, const void* owner, size_t owner_size) {
 // their heap blocks (docs/performance.md, "Flat dimensions"). Five dimensions spill to the heap
 // and still round-trip.
 TEST(MetadataDirectDecoderTest, DimsOfUpToFourDimensionsAreDecodedInline) {
-  Metadata md = sample();
+  Metadata md = sample_metadata();
   TensorStorageMetadata five;
   five.size = {2, 3, 1, 1, 7};
   five.chunks = {{{0, 0, 0, 0, 0}, {2, 3, 1, 1, 7}}};
@@ -501,15 +479,15 @@ TEST(MetadataDirectDecoderTest, GivesUpWhereTheTreeDecoderDecides) {
 // decoder skips it in protocol 4 and 5 pickles and gives up on one in an older pickle, which
 // the tree decoder reads (it skips a FRAME wherever it is).
 TEST(MetadataDirectDecoderTest, SkipsFramesFromProtocol4AndLeavesOlderOnesToTheTree) {
-  const std::string plain = encode_metadata(sample());
+  const std::string plain = encode_metadata(sample_metadata());
   ASSERT_EQ(plain.substr(0, 2), std::string("\x80\x02"));
   const std::string frame = std::string("\x95") + std::string(8, '\0');
   // A frame after the PROTO opcode and one before the STOP.
   std::string framed = plain.substr(0, 2) + frame + plain.substr(2);
   framed.insert(framed.size() - 1, frame);
-  EXPECT_TRUE(decode_both(framed, /*direct=*/false) == sample());
+  EXPECT_TRUE(decode_both(framed, /*direct=*/false) == sample_metadata());
   framed[1] = '\x04';
-  EXPECT_TRUE(decode_both(framed) == sample());
+  EXPECT_TRUE(decode_both(framed) == sample_metadata());
   // A frame cut short is corrupt for both.
   const std::string cut = framed.substr(0, 2) + frame.substr(0, 5);
   EXPECT_FALSE(decode_metadata_direct(cut.data(), cut.size()).has_value());
@@ -556,30 +534,17 @@ TEST(MetadataDirectDecoderTest, ChargesMemoSharedValuesAsTheTreeDecoderDoes) {
 // object encodes to the same bytes, and the fields are checked), including dimensions that
 // spill to the heap; and a message cut anywhere raises instead of reading past its end.
 TEST(PlanCodecTest, EveryMessageRoundTripsEveryFieldAndRejectsEveryTruncation) {
-  TensorProperties props;
-  props.dtype = c10::ScalarType::BFloat16;
-  props.requires_grad = true;
-  props.memory_format = MemFormatEncoding::TORCH_CHANNELS_LAST;
-  SavePlan plan;
-  plan.items.resize(3);
-  plan.items[0].index = MetadataIndex("step");
-  plan.items[1].type = WriteItemType::SHARD;
-  plan.items[1].index = MetadataIndex("layers.0.weight", Dims{2, 0}, 7);
-  plan.items[1].tensor_data = TensorWriteData{{{2, 0}, {2, 3}}, props, {4, 3}};
-  plan.items[2].type = WriteItemType::TENSOR;
-  const Dims five{1, 2, 3, 4, 5};  // more dimensions than Dims holds inline
-  plan.items[2].index = MetadataIndex("conv3d.weight", Dims(5, 0));
-  plan.items[2].tensor_data = TensorWriteData{{Dims(5, 0), five}, TensorProperties{}, five};
-  plan.storage_data = "__3_";
-  plan.planner_data = PlannerData::Map{{"step", ObjectPath{Key("step")}},
-                                       {"layers.0.weight", ObjectPath{Key("layers"), Key(0)}}};
+  SavePlan plan = dcp::testing::sample_save_plan();
   plan.usable = false;
+  const Dims five{1, 2, 3, 4, 5};
+  ASSERT_EQ(plan.items[2].tensor_data->chunk.sizes, five);
   const std::string plan_bytes = encode_save_plan(plan);
   const SavePlan back = decode_save_plan(plan_bytes);
   EXPECT_TRUE(compare_save_plans(back, plan));
   EXPECT_EQ(back.items[1].index.index, std::optional<int64_t>(7));
   EXPECT_EQ(back.items[2].tensor_data->chunk.sizes, five);
   EXPECT_FALSE(back.items[0].tensor_data.has_value());
+  EXPECT_FALSE(back.usable);
   EXPECT_EQ(encode_save_plan(back), plan_bytes);
 
   std::vector<WriteResult> results(2);
@@ -594,24 +559,15 @@ TEST(PlanCodecTest, EveryMessageRoundTripsEveryFieldAndRejectsEveryTruncation) {
   EXPECT_EQ(results_back[1].storage_data, results[1].storage_data);
   EXPECT_EQ(encode_write_results(results_back), result_bytes);
 
-  LoadPlan load;
-  ReadItem read;
-  read.dest_index = MetadataIndex("conv3d.weight", Dims(5, 0));
-  read.dest_offsets = Dims{0, 0, 0, 0, 1};
-  read.storage_index = MetadataIndex("conv3d.weight", Dims(5, 0), 0);
-  read.storage_offsets = Dims{0, 0, 0, 0, 2};
-  read.lengths = Dims{1, 2, 3, 4, 3};
-  load.items = {read};
-  load.items.push_back(ReadItem{LoadItemType::BYTE_IO, MetadataIndex("step"), {},
-                                MetadataIndex("step"), {}, {}});
-  load.storage_data = "reader";
+  const LoadPlan load = dcp::testing::sample_load_plan();
+  const ReadItem read = dcp::testing::sample_read_item();
   const std::vector<SharedRead> shared{{1, 48, c10::ScalarType::Half, read}};
   const std::string load_bytes = encode_load_plan(load, shared);
   const auto [load_back, shared_back] = decode_load_plan_with_shared(load_bytes);
-  ASSERT_EQ(load_back.items.size(), 2u);
+  ASSERT_EQ(load_back.items.size(), 3u);
   EXPECT_EQ(load_back.items[0].lengths, read.lengths);
   EXPECT_EQ(load_back.items[0].storage_index.index, std::optional<int64_t>(0));
-  EXPECT_EQ(load_back.items[1].type, LoadItemType::BYTE_IO);
+  EXPECT_EQ(load_back.items[2].type, LoadItemType::BYTE_IO);
   ASSERT_EQ(shared_back.size(), 1u);
   EXPECT_EQ(shared_back[0].dtype, c10::ScalarType::Half);
   EXPECT_EQ(encode_load_plan(load_back, shared_back), load_bytes);
