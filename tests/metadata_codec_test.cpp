@@ -547,9 +547,8 @@ TEST(PlanCodecTest, EveryMessageRoundTripsEveryFieldAndRejectsEveryTruncation) {
   EXPECT_FALSE(back.usable);
   EXPECT_EQ(encode_save_plan(back), plan_bytes);
 
-  std::vector<WriteResult> results(2);
-  results[0] = {plan.items[0].index, 8, {"__3_0.distcp", 0, 8, {}}};
-  results[1] = {plan.items[1].index, 12, {"__3_0.distcp", 8, 20, {"zstd", "crc32"}}};
+  const std::vector<WriteResult> results = dcp::testing::sample_write_results();
+  ASSERT_EQ(results.size(), 2u);
   const std::string result_bytes = encode_write_results(results);
   const std::vector<WriteResult> results_back = decode_write_results(result_bytes);
   ASSERT_EQ(results_back.size(), 2u);

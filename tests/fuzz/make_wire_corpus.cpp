@@ -1,9 +1,9 @@
 // Writes the seed corpus of fuzz_wire (tests/fuzz/corpus/wire): one message of each kind the
 // wire decoders read, as dcp's encoders write them, each after the byte that makes fuzz_wire
-// pick its decoder. The plans and the Metadata are the codec tests' samples
-// (testing/codec_samples.h); the messages cover every optional field present and absent, dimensions past
-// Dims' four inline slots, planner_data, shared reads, transform descriptors and repeated names
-// (Note [Repeated names]).
+// pick its decoder. The plans, write results and Metadata are the codec tests' samples
+// (testing/codec_samples.h); the messages cover every optional field present and absent,
+// dimensions past Dims' four inline slots, planner_data, shared reads, transform descriptors
+// and repeated names (Note [Repeated names]).
 //
 //   build/tests/make_wire_corpus tests/fuzz/corpus/wire
 #include <c10/util/Exception.h>
@@ -47,10 +47,7 @@ int main(int argc, char** argv) {
   write(dir, "load_plan_shared", 2,
         encode_load_plan(load, {SharedRead{1, 48, c10::ScalarType::Half,
                                            dcp::testing::sample_read_item()}}));
-  std::vector<WriteResult> results{
-      {plan.items[0].index, 80, {"__3_0.distcp", 0, 80, {}}},
-      {plan.items[1].index, 12, {"__3_0.distcp", 80, 20, {"zstd", "crc32"}}}};
-  write(dir, "write_results", 3, encode_write_results(results));
+  write(dir, "write_results", 3, encode_write_results(dcp::testing::sample_write_results()));
   Metadata md = dcp::testing::sample_metadata();
   md.storage_data.begin()->second.transform_descriptors = {"zstd"};
   write(dir, "metadata", 4, encode_metadata_message(md));

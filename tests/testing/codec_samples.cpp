@@ -26,6 +26,12 @@ SavePlan sample_save_plan() {
   return plan;
 }
 
+std::vector<WriteResult> sample_write_results() {
+  const SavePlan plan = sample_save_plan();
+  return {{plan.items[0].index, 8, {"__3_0.distcp", 0, 8, {}}},
+          {plan.items[1].index, 12, {"__3_0.distcp", 8, 20, {"zstd", "crc32"}}}};
+}
+
 ReadItem sample_read_item() {
   ReadItem read;
   read.dest_index = MetadataIndex("conv3d.weight", Dims(5, 0));

@@ -5,8 +5,11 @@
 // from its destination name.
 #pragma once
 
+#include <vector>
+
 #include "dcp/metadata.h"
 #include "dcp/planner.h"
+#include "dcp/storage.h"
 
 namespace dcp::testing {
 
@@ -14,6 +17,10 @@ namespace dcp::testing {
 /// requires_grad, channels-last) and a 5-d TENSOR "conv3d.weight"; storage_data "__3_",
 /// planner_data for "step" and "layers.0.weight", usable.
 SavePlan sample_save_plan();
+
+/// The write results of sample_save_plan()'s first two items, in one file: "step" (8 bytes)
+/// and the shard of "layers.0.weight" (12 bytes, stored as 20 with two transforms).
+std::vector<WriteResult> sample_write_results();
 
 /// A tensor read of the 5-d "conv3d.weight" (storage index hint 0).
 ReadItem sample_read_item();
