@@ -112,6 +112,34 @@ TEST(CheckpointTest, LoadFillsTensorsThatRequireGradInPlace) {
   }
 }
 
+// Saving reads tensors that require grad as they are (write_bucket writes a CPU tensor without
+// autograd as it is and detaches the others): whole, a shard, and a transposed view (its record
+// is a contiguous clone). What loads is bitwise the same, and the saved tensors are untouched.
+TEST(CheckpointTest, SavesTensorsThatRequireGrad) {
+  testing::TempDir dir;
+  const at::Tensor w = testing::make_tensor(at::kFloat, {4, 3}, 1).requires_grad_(true);
+  const at::Tensor rows = testing::make_tensor(at::kFloat, {2, 3}, 2).requires_grad_(true);
+  const at::Tensor t = testing::make_tensor(at::kFloat, {4, 3}, 3).t().requires_grad_(true);
+  StateDict sd;
+  sd["w"] = w;
+  sd["s"] = ShardedTensor({2, 3}, at::kFloat, {Shard{rows, {0, 0}}});
+  sd["t"] = t;
+  save(sd, dir.sub("c"));
+
+  StateDict dest;
+  dest["w"] = at::zeros({4, 3});
+  dest["s"] = at::zeros({2, 3});
+  dest["t"] = at::zeros({3, 4});
+  load(dest, dir.sub("c"));
+  EXPECT_TRUE(at::equal(dest["w"].tensor(), w.detach()));
+  EXPECT_TRUE(at::equal(dest["s"].tensor(), rows.detach()));
+  EXPECT_TRUE(at::equal(dest["t"].tensor(), t.detach()));
+  for (const at::Tensor& p : {w, rows, t}) {
+    EXPECT_TRUE(p.requires_grad());
+    EXPECT_TRUE(p.is_leaf());
+  }
+}
+
 TEST(CheckpointTest, NewerDtypesUseTheV3Record) {
   testing::TempDir dir;
   StateDict sd;

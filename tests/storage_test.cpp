@@ -9,13 +9,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cerrno>
 #include <filesystem>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -369,14 +373,16 @@ struct FailNthWrite : detail::FaultInjector {
   std::atomic<int> writes{0};
 };
 
-// Note [Double buffering]: a full buffer is written in the background while the next fills. A
-// write that fails there (ENOSPC on the second buffer) is reported by a later write() or by
-// finish(), never lost; and a stream destroyed with a write in flight waits for it.
+// Note [Write queue]: full buffers are written in the background, in file order, while the next
+// fills. A write that fails there (ENOSPC on any of more buffers than the queue holds) is
+// reported by a later write() or by finish(), never lost, and no buffer after it is written;
+// a stream destroyed with writes in flight waits for them.
 TEST(FileOutputTest, ABackgroundWriteFailureIsReportedAndNothingRunsAfterTheStream) {
   testing::TempDir dir;
   const size_t buffer = detail::DirectFileOutput::kBufferSize;
-  const std::string bytes(3 * buffer + 100, 'x');
-  for (int failing : {1, 2, 3}) {
+  const int buffers = static_cast<int>(detail::DirectFileOutput::kBuffers) + 3;
+  const std::string bytes(buffers * buffer + 100, 'x');
+  for (int failing : {1, 2, buffers - 3, buffers}) {
     SCOPED_TRACE(failing);
     const std::string path = dir.sub("f" + std::to_string(failing));
     std::optional<detail::File> file =
@@ -387,7 +393,7 @@ TEST(FileOutputTest, ABackgroundWriteFailureIsReportedAndNothingRunsAfterTheStre
     std::string error;
     try {
       detail::DirectFileOutput out(*file);
-      out.write(bytes.data(), bytes.size());  // hands over buffers 1, 2 and 3
+      out.write(bytes.data(), bytes.size());  // hands over every full buffer
       out.finish();
     } catch (const c10::Error& e) {
       error = e.what_without_backtrace();
@@ -395,8 +401,10 @@ TEST(FileOutputTest, ABackgroundWriteFailureIsReportedAndNothingRunsAfterTheStre
     detail::set_fault_injector(previous);
     EXPECT_NE(error.find(path), std::string::npos) << error;
     EXPECT_NE(error.find(std::strerror(ENOSPC)), std::string::npos) << error;
+    EXPECT_EQ(injector.writes, failing);  // nothing written after the failed buffer
+    EXPECT_EQ(std::filesystem::file_size(path), (failing - 1) * buffer);
   }
-  // Destroyed without finish() while a write is in flight: waits for it, throws nothing.
+  // Destroyed without finish() while writes are in flight: waits for them, throws nothing.
   const std::string path = dir.sub("abandoned");
   std::optional<detail::File> file = detail::File::open_direct(path, O_WRONLY | O_CREAT | O_TRUNC);
   ASSERT_TRUE(file.has_value());
@@ -405,7 +413,65 @@ TEST(FileOutputTest, ABackgroundWriteFailureIsReportedAndNothingRunsAfterTheStre
     out.write(bytes.data(), bytes.size());
   }
   file->close();
-  EXPECT_GE(std::filesystem::file_size(path), 3 * buffer);
+  EXPECT_GE(std::filesystem::file_size(path), buffers * buffer);
+}
+
+// Holds every file write until released.
+struct HoldWrites : detail::FaultInjector {
+  int before(detail::FileOp op, const std::string&) override {
+    if (op != detail::FileOp::kWrite) return 0;
+    std::unique_lock<std::mutex> lock(mu);
+    ++started;
+    changed.notify_all();
+    changed.wait(lock, [&] { return released; });
+    return 0;
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+    changed.notify_all();
+  }
+  std::mutex mu;
+  std::condition_variable changed;
+  int started = 0;
+  bool released = false;
+};
+
+// Note [Write queue]: while the disk is busy with one buffer, write() goes on filling the others:
+// kBuffers - 1 full buffers are queued without a wait, one write at a time reaches the disk, and
+// the file gets every byte in order once the disk takes them.
+TEST(FileOutputTest, FullBuffersQueueBehindASlowWriteInFileOrder) {
+  testing::TempDir dir;
+  const size_t buffer = detail::DirectFileOutput::kBufferSize;
+  const size_t queued = detail::DirectFileOutput::kBuffers - 1;
+  std::string bytes(queued * buffer + 100, '\0');
+  for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<char>((k * 131) >> 12);
+  const std::string path = dir.sub("queued");
+  std::optional<detail::File> file = detail::File::open_direct(path, O_WRONLY | O_CREAT | O_TRUNC);
+  ASSERT_TRUE(file.has_value()) << "the test directory refuses O_DIRECT";
+  HoldWrites hold;
+  detail::FaultInjector* previous = detail::set_fault_injector(&hold);
+  {
+    detail::DirectFileOutput out(*file);
+    auto filling = std::async(std::launch::async, [&] {
+      for (size_t at = 0; at < bytes.size(); at += 4096) {
+        out.write(bytes.data() + at, std::min<size_t>(4096, bytes.size() - at));
+      }
+    });
+    const bool returned = filling.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+    {
+      std::unique_lock<std::mutex> lock(hold.mu);
+      hold.changed.wait_for(lock, std::chrono::seconds(30), [&] { return hold.started > 0; });
+      EXPECT_EQ(hold.started, 1);  // one write at a time, the others queued behind it
+    }
+    hold.release();
+    filling.get();
+    EXPECT_TRUE(returned) << "write() waited for the disk with buffers free";
+    out.finish();
+  }
+  detail::set_fault_injector(previous);
+  file->close();
+  EXPECT_TRUE(detail::read_file(path) == bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -43,8 +43,8 @@ struct FileSystemWriterOptions {
   bool sync_files = true;
   /// IO threads per rank; items are spread over them as Python does.
   int thread_count = 1;
-  /// Write data files and '.metadata' with O_DIRECT, through an 8 MiB aligned staging buffer
-  /// per file (two, so that the disk writes one while the other fills): the bytes bypass the
+  /// Write data files and '.metadata' with O_DIRECT, through 4 MiB aligned staging buffers
+  /// (four per file, so that the disk writes full ones while the next fills): the bytes bypass the
   /// page cache (faster on disks that outrun buffered writeback, and no cache pollution).
   /// Where the file system refuses O_DIRECT, writes are buffered, as with false.
   bool direct_io = true;

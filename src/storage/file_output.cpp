@@ -30,20 +30,27 @@ std::unique_ptr<char, DirectFileOutput::Free> DirectFileOutput::aligned_buffer()
   return std::unique_ptr<char, Free>(static_cast<char*>(p));
 }
 
-DirectFileOutput::DirectFileOutput(File& file)
-    : file_(file), buffer_(aligned_buffer()), spare_(aligned_buffer()) {}
+DirectFileOutput::DirectFileOutput(File& file) : file_(file), buffer_(aligned_buffer()) {}
 
 DirectFileOutput::~DirectFileOutput() {
-  if (pending_.valid()) pending_.wait();
+  for (const auto& write : pending_) write.wait();
 }
 
-// Note [Double buffering]: a full buffer is written by a background task while write() fills
-// the other, so that copying the records (and their CRCs, computed by the caller) overlaps the
-// disk's work. One write is in flight at a time, in file order: before handing over the next
-// buffer, write() waits for the previous write, which also returns the spare buffer. A failed
-// write's error comes back on that wait or in finish(). With one rank and one IO thread, a
-// save otherwise leaves the disk idle while it copies and the CPU idle while it writes
-// (docs/performance.md, "The scaling curve").
+// Note [Write queue]: full buffers are written by background tasks while write() fills the
+// next, so that copying the records (and their CRCs, computed by the caller) overlaps the
+// disk's work. Each task first waits for the one before it, so the writes reach the file one
+// at a time and in file order; a failed write's error passes down the chain, and no later
+// buffer is written. write() waits for the oldest write only when all kBuffers buffers are
+// taken, and a wait rethrows the error; finish() waits for them all.
+//
+// Why a queue rather than two buffers: how long a buffer takes to fill depends on what it
+// holds. 8 MiB of one large tensor is one memcpy (about 1 ms here); 8 MiB of 250 small records
+// is 250 archives' headers, pickles and CRCs (3-4 ms). The disk takes the same time for
+// either. With two buffers, each buffer cost the slower of its fill and its write, so a save
+// of small and large tensors paid both: a 1-rank save of bench_state.h's "small" state spent
+// 0.23-0.25 s of its 0.57 s write waiting for the disk, with the disk busy for 0.34-0.38 s of
+// it. With kBuffers the fast fills run ahead while the disk catches up
+// (docs/performance.md, "A queue of writes").
 void DirectFileOutput::write(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   position_ += n;
@@ -54,21 +61,37 @@ void DirectFileOutput::write(const void* data, size_t n) {
     p += take;
     n -= take;
     if (used_ == kBufferSize) {
-      wait_pending();
-      std::swap(buffer_, spare_);
+      if (free_.empty() && allocated_ < kBuffers) {
+        free_.push_back(aligned_buffer());
+        ++allocated_;
+      }
+      if (free_.empty()) wait_oldest();
+      std::shared_future<void> before = pending_.empty() ? std::shared_future<void>()
+                                                         : pending_.back();
+      const char* full = buffer_.get();
+      writing_.push_back(std::move(buffer_));
+      buffer_ = std::move(free_.back());
+      free_.pop_back();
       used_ = 0;
-      pending_ = std::async(std::launch::async,
-                            [this, full = spare_.get()] { write_out(full, kBufferSize); });
+      pending_.push_back(std::async(std::launch::async, [this, full, before] {
+                           if (before.valid()) before.get();
+                           write_out(full, kBufferSize);
+                         }).share());
     }
   }
 }
 
-void DirectFileOutput::wait_pending() {
-  if (pending_.valid()) pending_.get();
+void DirectFileOutput::wait_oldest() {
+  std::shared_future<void> oldest = std::move(pending_.front());
+  pending_.pop_front();
+  oldest.wait();  // its buffer is free from here on, whether it was written or not
+  free_.push_back(std::move(writing_.front()));
+  writing_.pop_front();
+  oldest.get();
 }
 
 void DirectFileOutput::finish() {
-  wait_pending();
+  while (!pending_.empty()) wait_oldest();
   const size_t aligned = used_ / kAlignment * kAlignment;
   if (aligned > 0) {
     const size_t tail = used_ - aligned;

@@ -41,8 +41,8 @@ MetadataFile read_metadata_file(const std::string& dir, bool check_checksum);
 
 struct MetadataWriteOptions {
   bool sync = true;  // fsync the file before returning
-  /// Write through DirectFileOutput (O_DIRECT, double-buffered: the disk writes one 8 MiB
-  /// buffer while the encoder fills the next), as FileSystemWriterOptions::direct_io does for
+  /// Write through DirectFileOutput (O_DIRECT, queued: the disk writes 4 MiB buffers in order
+  /// while the encoder fills the next), as FileSystemWriterOptions::direct_io does for
   /// data files; buffered where the file system refuses O_DIRECT.
   bool direct_io = false;
 };
