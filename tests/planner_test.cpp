@@ -369,6 +369,28 @@ TEST(PlannerDataTest, CopiesShareOneMapUntilOneChangesIt) {
   EXPECT_FALSE(own.shares_with(original));
 }
 
+// DefaultSavePlanner's local plans carry its state dict's mappings without copying them: the
+// plans of two saves share one map, which holds every flat key's path. A plan changed by its
+// writer or a subclass gets its own map and leaves the planner's as it was.
+TEST(PlannerDataTest, LocalPlansShareThePlannersMappings) {
+  StateDict sd;
+  sd["w"] = at::ones({2});
+  Dict inner;
+  inner["step"] = int64_t{3};
+  sd["opt"] = inner;
+  DefaultSavePlanner planner;
+  planner.set_up_planner(sd, std::nullopt, /*is_coordinator=*/true);
+  SavePlan first = planner.create_local_plan();
+  const SavePlan second = planner.create_local_plan();
+  EXPECT_TRUE(first.planner_data.shares_with(second.planner_data));
+  const PlannerData::Map expected = {{"w", ObjectPath{Key("w")}},
+                                     {"opt.step", ObjectPath{Key("opt"), Key("step")}}};
+  EXPECT_TRUE(second.planner_data.map() == expected);
+  first.planner_data.emplace("extra", ObjectPath{Key("extra")});
+  EXPECT_FALSE(first.planner_data.shares_with(second.planner_data));
+  EXPECT_TRUE(planner.create_local_plan().planner_data.map() == expected);
+}
+
 // Note [Shared planner_data]: the coordinator's plans share the planner_data of ranks that send
 // the same one; the decoded plans and the global plan are what they are without the sharing.
 TEST(PlannerDataTest, DecodedPlansShareEqualPlannerDataAndPlanAsWithoutSharing) {

@@ -173,8 +173,9 @@ class DefaultSavePlanner : public SavePlanner {
   static SavePlan unusable_plan();
 
   DefaultSavePlannerOptions options_;
-  FlatStateDict flat_;
+  FlatStateDict flat_;  // its mappings moved to mappings_
   std::unordered_map<std::string, size_t> by_fqn_;  // flat_'s index of each key
+  PlannerData mappings_;  // each local plan's planner_data: shared, not copied
   bool is_coordinator_ = false;
   // Note [Plan caching] (default_planner.cpp): what the previous successful save planned.
   struct PlanCache {
