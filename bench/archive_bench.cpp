@@ -8,8 +8,9 @@
 //
 // The cost per record (issue #17, part 4): `count` small float tensors (256 B to 16 KiB, the
 // chunks a 4-rank save of bench_state.h's "small" state writes), each as its own archive into a
-// sink that copies the bytes into an 8 MiB buffer, as DirectFileOutput does. Prints the median
-// time per record, and against it a plain memcpy of the same tensor bytes (the floor).
+// sink that copies the bytes round an 8 MiB buffer, as DirectFileOutput copies them into its
+// staging buffers. Prints the median time per record, and against it a plain memcpy of the same
+// tensor bytes (the floor).
 //
 //   archive_bench records [count=20000] [rounds=5]
 #include <ATen/ATen.h>

@@ -44,13 +44,13 @@ DirectFileOutput::~DirectFileOutput() {
 // taken, and a wait rethrows the error; finish() waits for them all.
 //
 // Why a queue rather than two buffers: how long a buffer takes to fill depends on what it
-// holds. 8 MiB of one large tensor is one memcpy (about 1 ms here); 8 MiB of 250 small records
-// is 250 archives' headers, pickles and CRCs (3-4 ms). The disk takes the same time for
-// either. With two buffers, each buffer cost the slower of its fill and its write, so a save
-// of small and large tensors paid both: a 1-rank save of bench_state.h's "small" state spent
-// 0.23-0.25 s of its 0.57 s write waiting for the disk, with the disk busy for 0.34-0.38 s of
-// it. With kBuffers the fast fills run ahead while the disk catches up
-// (docs/performance.md, "A queue of writes").
+// holds. With the two 8 MiB buffers of before, 8 MiB of one large tensor was one memcpy (about
+// 1 ms here) and 8 MiB of 250 small records was 250 archives' headers, pickles and CRCs
+// (3-4 ms); the disk takes the same time for either. Each buffer cost the slower of its fill
+// and its write, so a save of small and large tensors paid both: a 1-rank save of
+// bench_state.h's "small" state spent 0.23-0.25 s of its 0.57 s write waiting for the disk,
+// with the disk busy for 0.34-0.38 s of it. With kBuffers the fast fills run ahead while the
+// disk catches up (docs/performance.md, "A queue of writes").
 void DirectFileOutput::write(const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
   position_ += n;
