@@ -33,7 +33,7 @@ std::unique_ptr<char, DirectFileOutput::Free> DirectFileOutput::aligned_buffer()
 DirectFileOutput::DirectFileOutput(File& file) : file_(file), buffer_(aligned_buffer()) {}
 
 DirectFileOutput::~DirectFileOutput() {
-  for (const auto& write : pending_) write.wait();
+  for (const Pending& write : pending_) write.done.wait();
 }
 
 // Note [Write queue]: full buffers are written by background tasks while write() fills the
@@ -61,33 +61,29 @@ void DirectFileOutput::write(const void* data, size_t n) {
     p += take;
     n -= take;
     if (used_ == kBufferSize) {
-      if (free_.empty() && allocated_ < kBuffers) {
-        free_.push_back(aligned_buffer());
-        ++allocated_;
-      }
+      if (free_.empty() && 1 + pending_.size() < kBuffers) free_.push_back(aligned_buffer());
       if (free_.empty()) wait_oldest();
-      std::shared_future<void> before = pending_.empty() ? std::shared_future<void>()
-                                                         : pending_.back();
-      const char* full = buffer_.get();
-      writing_.push_back(std::move(buffer_));
+      std::shared_future<void> before =
+          pending_.empty() ? std::shared_future<void>() : pending_.back().done;
+      std::shared_future<void> done =
+          std::async(std::launch::async, [this, full = buffer_.get(), before] {
+            if (before.valid()) before.get();
+            write_out(full, kBufferSize);
+          }).share();
+      pending_.push_back(Pending{std::move(buffer_), std::move(done)});
       buffer_ = std::move(free_.back());
       free_.pop_back();
       used_ = 0;
-      pending_.push_back(std::async(std::launch::async, [this, full, before] {
-                           if (before.valid()) before.get();
-                           write_out(full, kBufferSize);
-                         }).share());
     }
   }
 }
 
 void DirectFileOutput::wait_oldest() {
-  std::shared_future<void> oldest = std::move(pending_.front());
+  Pending oldest = std::move(pending_.front());
   pending_.pop_front();
-  oldest.wait();  // its buffer is free from here on, whether it was written or not
-  free_.push_back(std::move(writing_.front()));
-  writing_.pop_front();
-  oldest.get();
+  oldest.done.wait();  // its buffer is free from here on, whether it was written or not
+  free_.push_back(std::move(oldest.buffer));
+  oldest.done.get();
 }
 
 void DirectFileOutput::finish() {

@@ -80,18 +80,22 @@ class DirectFileOutput : public OutputStream {
   // Waits for the oldest background write, rethrowing its error, and frees its buffer.
   void wait_oldest();
 
+  // A full buffer and its background write, which first waits for the write before it.
+  struct Pending {
+    std::unique_ptr<char, Free> buffer;
+    std::shared_future<void> done;
+  };
+
   File& file_;
-  std::unique_ptr<char, Free> buffer_;               // being filled by write()
-  std::vector<std::unique_ptr<char, Free>> free_;     // filled by none, written by none
-  size_t allocated_ = 1;                              // buffers allocated, at most kBuffers
-  std::deque<std::unique_ptr<char, Free>> writing_;   // handed to pending_, in file order
+  std::unique_ptr<char, Free> buffer_;            // being filled by write()
+  std::vector<std::unique_ptr<char, Free>> free_;  // neither filled nor written
+  // Being written, in file order; the destructor waits for them before the buffers go. With
+  // buffer_ and free_, at most kBuffers buffers in all.
+  std::deque<Pending> pending_;
   size_t used_ = 0;
   uint64_t position_ = 0;
   bool direct_ = true;      // used by write_out only
   bool fell_back_ = false;  // used by write_out only
-  // The background writes of writing_'s buffers, one per buffer, in file order; each waits for
-  // the one before it. Declared last, so that destruction waits for them before the buffers go.
-  std::deque<std::shared_future<void>> pending_;
 };
 
 }  // namespace dcp::detail
